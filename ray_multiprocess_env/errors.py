@@ -1,0 +1,80 @@
+"""The exceptions raised by `ray_multiprocess_env`.
+
+User errors (bad arguments) are plain `TypeError`/`ValueError`; the classes here are for what goes
+wrong on the remote side. Each names the env index and the method, and is chained
+(`raise ... from err`) to Ray's own error so the remote traceback stays attached.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["ClosedEnvError", "EnvCrashedError", "RemoteEnvError"]
+
+
+class RemoteEnvError(RuntimeError):
+    """An env raised an exception inside its actor.
+
+    Attributes:
+        env_index: The index (``0..num_envs-1``) of the first env that failed.
+        method: The name of the env method that was called.
+        env_indices: Every env index that failed in the same call, in order.
+        remote_traceback: Ray's report of the failure, with the traceback from the actor.
+    """
+
+    def __init__(
+        self,
+        env_index: int,
+        method: str,
+        cause: BaseException,
+        *,
+        env_indices: Sequence[int] | None = None,
+    ) -> None:
+        self.env_index = env_index
+        self.method = method
+        self.env_indices = tuple(env_indices) if env_indices is not None else (env_index,)
+        self.remote_traceback = _ANSI_ESCAPE.sub("", str(cause))
+        others = [i for i in self.env_indices if i != env_index]
+        also = f" (env(s) {others} failed in the same call too)" if others else ""
+        super().__init__(
+            f"env {env_index} failed in `{method}`{also}: {_describe(cause)}\n"
+            f"{self._hint()} The remote traceback is in this error's `__cause__`."
+        )
+
+    def _hint(self) -> str:
+        return f"The other envs keep their state; reset env {self.env_index} to use it again."
+
+
+class EnvCrashedError(RemoteEnvError):
+    """The actor holding an env died (its process crashed, was killed, or its `__init__` failed)."""
+
+    def _hint(self) -> str:
+        return (
+            f"The actor of env {self.env_index} is gone and its env state with it; "
+            "create a new actor (or a new vector env) to continue."
+        )
+
+
+class ClosedEnvError(RuntimeError):
+    """A method was called on a vector env after `close()`."""
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*: \S")
+
+
+def _describe(cause: BaseException) -> str:
+    """One line saying what went wrong: the env's own exception where Ray kept it."""
+    original = getattr(cause, "cause", None)  # a RayTaskError keeps the env's exception here
+    if isinstance(original, BaseException):
+        return f"{type(original).__name__}: {_first_line(str(original))}"
+    text = _ANSI_ESCAPE.sub("", str(cause))
+    summary = f"{type(cause).__name__}: {_first_line(text).split(' (pid=')[0]}"
+    raised = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
+    return f"{summary}; it raised {raised[-1]}" if raised else summary
+
+
+def _first_line(text: str) -> str:
+    text = text.strip()
+    return text.splitlines()[0] if text else "(no message)"

@@ -1,0 +1,92 @@
+"""Env classes the tests turn into actors (a module, so Ray workers can import it)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+
+from ray_multiprocess_env import GymAPIBridge
+
+
+class GymHolder:
+    """Holds ``gym.make(env_id, **kwargs)`` in ``self.env``."""
+
+    def __init__(self, env_id: str, **kwargs: Any) -> None:
+        self.env = gym.make(env_id, **kwargs)
+
+
+class BridgeHolder:
+    """Holds a gymnasium env behind the old gym API."""
+
+    def __init__(self, env_id: str) -> None:
+        self.env = GymAPIBridge(gym.make(env_id))
+
+
+class FlakyEnv(gym.Env[np.ndarray, int]):
+    """Counts steps; raises on a negative action and sleeps ``delay`` seconds per step."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.delay = 0.0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.count = int(self.np_random.integers(100)) if seed is not None else 0
+        return np.array([self.count], dtype=np.float32), {}
+
+    def render(self) -> np.ndarray:
+        """An 8x8 grey image whose brightness is the step count."""
+        return np.full((8, 8, 3), self.count % 256, dtype=np.uint8)
+
+    def step(self, action: int):
+        if action < 0:
+            raise ValueError(f"negative action {action}")
+        time.sleep(self.delay)
+        self.count += action
+        return np.array([self.count], dtype=np.float32), 1.0, False, False, {}
+
+
+class FlakyHolder:
+    """Holds a `FlakyEnv`."""
+
+    def __init__(self) -> None:
+        self.env = FlakyEnv()
+
+
+@ray.remote
+class SeedStyleEnv:
+    """A plain Ray actor like the seed notebook's: old-gym 4-tuples, no `seed`/`get_attr`."""
+
+    def __init__(self, start: int) -> None:
+        self.value = np.array([start])
+
+    def reset(self) -> np.ndarray:
+        self.value = self.value * 0
+        return self.value.copy()
+
+    def step(self, action: int):
+        self.value = self.value + action
+        return self.value.copy(), 0, False, None
+
+
+@ray.remote
+class PlainStepEnv:
+    """A plain Ray actor whose ``step`` returns a bare number."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def reset(self) -> int:
+        self.total = 0
+        return self.total
+
+    def step(self, action: int) -> int:
+        self.total += action
+        return self.total

@@ -1,0 +1,330 @@
+"""RayVectorEnv against plain in-process envs, plus its conventions and error paths."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import ray
+from ray.exceptions import RayActorError
+
+from ray_multiprocess_env import (
+    ClosedEnvError,
+    GymAPIBridge,
+    RayVectorEnv,
+    RemoteEnvError,
+    make_remote_class,
+    unzip,
+)
+from tests.envs import BridgeHolder, FlakyHolder, GymHolder, PlainStepEnv, SeedStyleEnv
+
+RemoteGym = make_remote_class(GymHolder, "env", gym.Env)
+RemoteBridge = make_remote_class(BridgeHolder, "env", GymAPIBridge)
+RemoteFlaky = make_remote_class(FlakyHolder, "env", gym.Env)
+
+
+def _sample_actions(envs, seed):
+    for i, env in enumerate(envs):
+        env.action_space.seed(seed + i)
+    return [env.action_space.sample() for env in envs]
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("api", ["gymnasium", "old-gym"])
+class TestAgainstInProcessEnvs:
+    """pfrl's vector-env test pattern: seed, reset, step and masked reset equal plain envs."""
+
+    @pytest.fixture(autouse=True)
+    def _envs(self, num_envs, env_id, api):
+        remote_class = RemoteGym if api == "gymnasium" else RemoteBridge
+        self.api = api
+        self.vec = RayVectorEnv([remote_class.remote(env_id) for _ in range(num_envs)])
+        make = (
+            (lambda: gym.make(env_id))
+            if api == "gymnasium"
+            else (lambda: GymAPIBridge(gym.make(env_id)))
+        )
+        self.envs = [make() for _ in range(num_envs)]
+        self.num_envs = num_envs
+        yield
+        self.vec.close()
+
+    def _reset_plain(self, env, seed=None):
+        kwargs = {} if seed is None else {"seed": seed}
+        if self.api == "gymnasium":
+            return env.reset(**kwargs)[0]
+        if seed is not None:
+            env.seed(seed)
+        return env.reset()
+
+    def _obs(self, reset_result):
+        return reset_result[0] if self.api == "gymnasium" else reset_result
+
+    def test_num_envs_and_spaces(self):
+        """num_envs and the spaces match the plain envs."""
+        assert self.vec.num_envs == self.num_envs
+        assert self.vec.action_space == self.envs[0].action_space
+        assert self.vec.observation_space == self.envs[0].observation_space
+
+    def test_seed_reset_step_and_masked_reset(self):
+        """Seeded reset, a step, a full mask and a partial mask all equal the plain envs."""
+        seeds = [100 + i for i in range(self.num_envs)]
+        self.vec.seed(seeds)
+        real_obss = [self._reset_plain(env, s) for env, s in zip(self.envs, seeds, strict=True)]
+        np.testing.assert_allclose(self._obs(self.vec.reset()), real_obss)
+
+        actions = _sample_actions(self.envs, 7)
+        real = unzip([env.step(a) for env, a in zip(self.envs, actions, strict=True)])
+        got = self.vec.step(actions)
+        assert len(got) == (5 if self.api == "gymnasium" else 4)
+        np.testing.assert_allclose(got[0], real[0])
+        assert got[1:] == real[1:]
+
+        full = self.vec.reset(np.ones(self.num_envs))
+        np.testing.assert_allclose(self._obs(full), real[0])
+
+        mask = np.zeros(self.num_envs)
+        mask[-1] = 1
+        expected = list(real[0])
+        for i in range(self.num_envs - 1):
+            expected[i] = self._reset_plain(self.envs[i])
+        np.testing.assert_allclose(self._obs(self.vec.reset(mask)), expected)
+
+    def test_int_seed_gives_consecutive_seeds(self):
+        """``seed(s)`` gives env i the seed s + i."""
+        self.vec.seed(5)
+        real = [self._reset_plain(env, 5 + i) for i, env in enumerate(self.envs)]
+        np.testing.assert_allclose(self._obs(self.vec.reset()), real)
+
+
+def test_gymnasium_reset_returns_observations_and_infos():
+    """A gymnasium env's reset gives lists (obs, infos); a skipped env's info is {}."""
+    with RayVectorEnv([RemoteGym.remote("CartPole-v1") for _ in range(2)]) as vec:
+        obs, infos = vec.reset()
+        assert isinstance(obs, list)
+        assert len(obs) == len(infos) == 2
+        obs2, infos2 = vec.reset([True, False])
+        np.testing.assert_array_equal(obs2[0], obs[0])
+        assert infos2[0] == {}
+
+
+def test_seed_notebook_style_plain_actors():
+    """Plain @ray.remote actors (no seed/get_attr) reset to a list and step to unzipped tuples."""
+    vec = RayVectorEnv([SeedStyleEnv.remote(i) for i in range(3)])
+    obs = vec.reset()
+    assert isinstance(obs, list)
+    assert [o.tolist() for o in obs] == [[0], [0], [0]]
+    obs, rewards, dones, infos = vec.step([10, 20, 30])
+    assert [o.tolist() for o in obs] == [[10], [20], [30]]
+    assert rewards == (0, 0, 0)
+    assert dones == (False, False, False)
+    assert infos == (None, None, None)
+    assert vec.seed(3) == [3, 4, 5]
+    vec.close()
+
+
+def test_non_tuple_step_gives_tuple_of_results():
+    """A step that returns a bare value gives one value per env, as a tuple."""
+    with RayVectorEnv([PlainStepEnv.remote() for _ in range(2)]) as vec:
+        vec.reset()
+        assert vec.step([1, 2]) == (1, 2)
+        assert vec.step([1, 2]) == (2, 4)
+        assert vec.reset([True, False]) == [2, 0]
+
+
+def test_plain_actor_without_get_attr_has_no_spaces():
+    """Spaces need ``get_attr``; a plain actor gives an AttributeError naming the fix."""
+    with RayVectorEnv([PlainStepEnv.remote()]) as vec:
+        with pytest.raises(AttributeError, match="make_remote_class"):
+            _ = vec.action_space
+        with pytest.raises(ValueError, match="env 0's actor has no `get_attr`"):
+            vec.get_attr("x")
+
+
+def test_call_get_attr_set_attr_and_spec():
+    """call, get_attr and set_attr reach each env; spec and unwrapped behave as in pfrl."""
+    with RayVectorEnv([RemoteGym.remote("CartPole-v1") for _ in range(2)]) as vec:
+        assert vec.spec.id == "CartPole-v1"
+        assert vec.unwrapped is vec
+        vec.set_attr("gravity", [1.0, 2.0])
+        assert vec.get_attr("gravity") == (1.0, 2.0)
+        vec.set_attr("gravity", 3.0)
+        assert vec.call("gravity") == (3.0, 3.0)
+        assert vec.call("class_name") == ("TimeLimit", "TimeLimit")
+        with pytest.raises(ValueError, match="`values` has 3 entries but there are 2 envs"):
+            vec.set_attr("gravity", [1.0, 2.0, 3.0])
+
+
+class RenderingVec(RayVectorEnv):
+    """The documented subclass shape: fan-out methods built on `call` and `remote_envs`."""
+
+    def render_all(self):
+        return self.call("render")
+
+    def render_direct(self):
+        return ray.get([env.render.remote() for env in self.remote_envs])
+
+    def set_gravities(self, values):
+        return self.call_each("set_attr", [("gravity", v) for v in values])
+
+
+def test_subclass_adds_fan_out_methods():
+    """A subclass adds fan-out methods through call, call_each and remote_envs."""
+    with RenderingVec([RemoteFlaky.remote() for _ in range(2)]) as vec:
+        vec.reset()
+        vec.step([1, 2])
+        frames = vec.render_all()
+        assert [f.shape for f in frames] == [(8, 8, 3), (8, 8, 3)]
+        assert [f[0, 0, 0] for f in frames] == [1, 2]
+        np.testing.assert_array_equal(vec.render_direct()[1], frames[1])
+        vec.set_gravities([4.0, 5.0])
+        assert vec.get_attr("gravity") == (4.0, 5.0)
+
+
+def test_wrong_number_of_actions_fails_before_any_remote_call():
+    """A wrong action count raises ValueError and leaves every env untouched."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+        vec.reset()
+        with pytest.raises(ValueError, match=r"`actions` has 3 entries but there are 2 envs"):
+            vec.step([1, 1, 1])
+        with pytest.raises(TypeError, match=r"`actions` must be a sequence"):
+            vec.step(1)
+        assert vec.get_attr("count") == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "match"),
+    [
+        ([True], ValueError, r"`mask` has 1 entries but there are 2 envs"),
+        (1, TypeError, r"`mask` must be a sequence with one flag per env"),
+        ("ab", TypeError, r"`mask` must be a sequence"),
+    ],
+)
+def test_bad_mask(mask, error, match):
+    """A mask of the wrong length or type raises before any remote call."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+        vec.reset()
+        with pytest.raises(error, match=match):
+            vec.reset(mask)
+
+
+def test_mask_before_first_reset():
+    """Skipping an env that never had an observation names the env and the fix."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+        with pytest.raises(ValueError, match=r"env 1 has no observation yet"):
+            vec.reset([False, True])
+
+
+@pytest.mark.parametrize(
+    ("seeds", "error", "match"),
+    [
+        ([1], ValueError, r"`seeds` has 1 entries but there are 2 envs"),
+        (1.5, TypeError, r"`seeds` must be None, an int or a list"),
+        ([1, "a"], TypeError, r"`seeds\[1\]` must be an int or None"),
+    ],
+)
+def test_bad_seeds(seeds, error, match):
+    """Seeds of the wrong type or length raise a clear error."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+        with pytest.raises(error, match=match):
+            vec.seed(seeds)
+
+
+@pytest.mark.parametrize(
+    ("actors", "kwargs", "error", "match"),
+    [
+        ([], {}, ValueError, "`actors` is empty"),
+        ("abc", {}, TypeError, "`actors` must be a list of Ray actor handles"),
+        ([1], {}, TypeError, r"`actors\[0\]` must be a Ray actor handle"),
+        (None, {"timeout": 0}, ValueError, "`timeout` must be a positive number"),
+    ],
+)
+def test_bad_constructor_arguments(actors, kwargs, error, match):
+    """Bad constructor arguments name the argument and the fix."""
+    if actors is None:
+        actors = [PlainStepEnv.remote()]
+    with pytest.raises(error, match=match):
+        RayVectorEnv(actors, **kwargs)
+
+
+def test_close_is_idempotent_and_later_calls_fail():
+    """close() twice is fine, kills the actors, and later calls raise ClosedEnvError."""
+    actors = [RemoteFlaky.remote() for _ in range(2)]
+    vec = RayVectorEnv(actors)
+    vec.reset()
+    vec.close()
+    vec.close()
+    assert vec.closed
+    assert "closed" in repr(vec)
+    for call in (lambda: vec.step([0, 0]), vec.reset, vec.seed, lambda: vec.call("render")):
+        with pytest.raises(ClosedEnvError, match="called on a closed RayVectorEnv"):
+            call()
+    with pytest.raises(RayActorError):
+        ray.get(actors[0].reset.remote(), timeout=30)
+
+
+def test_close_can_keep_actors():
+    """kill_on_close=False leaves the actors usable after close()."""
+    actors = [RemoteFlaky.remote()]
+    with RayVectorEnv(actors, kill_on_close=False) as vec:
+        vec.reset()
+    obs, _ = ray.get(actors[0].reset.remote(), timeout=30)
+    assert obs.tolist() == [0.0]
+    ray.kill(actors[0])
+
+
+def test_env_exception_names_env_and_method_and_keeps_traceback():
+    """An exception in env 1 names env 1 and `step`, keeps the remote traceback; env 1 recovers."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(3)]) as vec:
+        vec.reset()
+        vec.step([1, 1, 1])
+        with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`: ValueError") as info:
+            vec.step([1, -1, 1])
+        error = info.value
+        assert (error.env_index, error.method, error.env_indices) == (1, "step", (1,))
+        assert "negative action -1" in error.remote_traceback
+        assert "tests/envs.py" in error.remote_traceback
+        assert isinstance(error.__cause__, ray.exceptions.RayTaskError)
+        assert vec.get_attr("count") == (2, 1, 2)
+        vec.reset([True, False, True])
+        assert vec.get_attr("count") == (2, 0, 2)
+        obs = vec.step([1, 1, 1])[0]
+        assert [o.item() for o in obs] == [3.0, 1.0, 3.0]
+
+
+def test_several_failing_envs_are_all_named():
+    """When several envs fail in one call the error lists all of them."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(3)]) as vec:
+        vec.reset()
+        with pytest.raises(RemoteEnvError, match=r"env 0 failed in `step` \(env\(s\) \[2\]"):
+            vec.step([-1, 0, -2])
+
+
+def test_timeout_names_the_slow_env(caplog):
+    """A call that outlives `timeout` raises TimeoutError naming the env; close() still works."""
+    actors = [RemoteFlaky.remote() for _ in range(2)]
+    vec = RayVectorEnv(actors, timeout=1.0)
+    vec.reset()
+    vec.set_attr("delay", [0.0, 60.0])
+    with pytest.raises(TimeoutError, match=r"`step` timed out after 1.0 s: env\(s\) \[1\]"):
+        vec.step([0, 0])
+    vec.close()
+    assert "Killing the actors after a failed `close`" in caplog.text
+    assert "`close` timed out after 1.0 s: env(s) [1]" in caplog.text
+    with pytest.raises(RayActorError):
+        ray.get(actors[1].reset.remote(), timeout=30)
+
+
+def test_close_without_killing_raises_a_failed_close():
+    """With kill_on_close=False a hung close is raised, since the actor lives on."""
+    actors = [RemoteFlaky.remote()]
+    vec = RayVectorEnv(actors, timeout=1.0, kill_on_close=False)
+    vec.reset()
+    vec.set_attr("delay", [60.0])
+    with pytest.raises(TimeoutError, match=r"`step` timed out"):
+        vec.step([0])
+    with pytest.raises(TimeoutError, match=r"`close` timed out after 1.0 s: env\(s\) \[0\]"):
+        vec.close()
+    assert vec.closed
+    ray.kill(actors[0])
