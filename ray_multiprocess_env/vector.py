@@ -114,8 +114,10 @@ class RayVectorEnv:
                     f"({type(actor).__name__}); create it with `.remote()` on a Ray actor class."
                 )
         if timeout is not None and (
-            not isinstance(timeout, numbers.Real) or isinstance(timeout, bool) or timeout <= 0
+            not isinstance(timeout, numbers.Real) or isinstance(timeout, bool)
         ):
+            raise TypeError(f"`timeout` must be a number of seconds or None, got {timeout!r}.")
+        if timeout is not None and timeout <= 0:
             raise ValueError(
                 f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
             )
@@ -374,7 +376,7 @@ class RayVectorEnv:
     ) -> list[Any]:
         """Launch one remote call per `calls` entry, wait once, return results in call order."""
         timeout = self._timeout if timeout is None else timeout
-        refs = [getattr(self._actors[c.env], c.method).remote(*c.args, **c.kwargs) for c in calls]
+        refs = [self._submit(call) for call in calls]
         indices = [c.env for c in calls]
         if not refs:
             return []
@@ -389,6 +391,20 @@ class RayVectorEnv:
             ) from err
         except RayError as err:
             raise self._remote_error(label, indices, refs, err) from err
+
+    def _submit(self, call: _Call) -> Any:
+        try:
+            return getattr(self._actors[call.env], call.method).remote(*call.args, **call.kwargs)
+        except TypeError as err:  # Ray checks the arguments against the method's signature
+            hint = (
+                " Its actor has no `seed` method and its `reset` takes no `seed`: add a "
+                "`seed(seed)` method or a `reset(seed=None)` to the actor class, or do not seed."
+                if call.method == "reset" and "seed" in call.kwargs
+                else ""
+            )
+            raise TypeError(
+                f"env {call.env}: `{call.method}` does not accept these arguments ({err}).{hint}"
+            ) from err
 
     def _remote_error(
         self, label: str, indices: list[int], refs: list[Any], err: RayError

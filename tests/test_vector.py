@@ -121,6 +121,10 @@ def test_seed_notebook_style_plain_actors():
     assert dones == (False, False, False)
     assert infos == (None, None, None)
     assert vec.seed(3) == [3, 4, 5]
+    with pytest.raises(TypeError, match=r"env 0: `reset` does not accept .* add a `seed\(seed\)`"):
+        vec.reset()
+    vec.seed(None)
+    assert [o.tolist() for o in vec.reset()] == [[0], [0], [0]]
     vec.close()
 
 
@@ -238,6 +242,7 @@ def test_bad_seeds(seeds, error, match):
         ("abc", {}, TypeError, "`actors` must be a list of Ray actor handles"),
         ([1], {}, TypeError, r"`actors\[0\]` must be a Ray actor handle"),
         (None, {"timeout": 0}, ValueError, "`timeout` must be a positive number"),
+        (None, {"timeout": "1"}, TypeError, "`timeout` must be a number of seconds"),
     ],
 )
 def test_bad_constructor_arguments(actors, kwargs, error, match):
