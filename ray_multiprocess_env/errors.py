@@ -60,6 +60,29 @@ class ClosedEnvError(RuntimeError):
     """A method was called on a vector env after `close()`."""
 
 
+class _EnvFailures(Exception):
+    """Raised inside a worker actor when some of its envs failed in one call.
+
+    ``failures`` holds ``(env_index, exception type name, message, traceback text)`` for each
+    env that raised; the worker steps its other envs before raising this.
+    """
+
+    def __init__(self, method: str, failures: Sequence[tuple[int, str, str, str]]) -> None:
+        super().__init__(method, list(failures))
+        self.method = method
+        self.failures = list(failures)
+
+    @property
+    def env_indices(self) -> list[int]:
+        """The global indices of the envs that failed."""
+        return [failure[0] for failure in self.failures]
+
+    def __str__(self) -> str:
+        return "\n".join(
+            f"env {index} failed in `{self.method}`:\n{text}" for index, _, _, text in self.failures
+        )
+
+
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*: \S")
 
@@ -67,6 +90,9 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*: \S")
 def _describe(cause: BaseException) -> str:
     """One line saying what went wrong: the env's own exception where Ray kept it."""
     original = getattr(cause, "cause", None)  # a RayTaskError keeps the env's exception here
+    if isinstance(original, _EnvFailures):
+        _, type_name, message, _ = original.failures[0]
+        return f"{type_name}: {_first_line(message)}"
     if isinstance(original, BaseException):
         return f"{type(original).__name__}: {_first_line(str(original))}"
     text = _ANSI_ESCAPE.sub("", str(cause))

@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from ray_multiprocess_env.compat import env_call, env_get_attr, env_set_attr
 from ray_multiprocess_env.runtime import start_runtime_on_creation
 
 __all__ = ["REMOTE_ENV_METHODS", "make_remote_class"]
@@ -189,21 +190,13 @@ def _named(cls: type, name: str, function: Callable[..., Any]) -> Callable[..., 
     return function
 
 
-def _env_attribute(env: Any, name: str) -> Any:
-    """Read `name` from the env, through gymnasium wrappers as gymnasium's vector envs do."""
-    if hasattr(env, "get_wrapper_attr"):
-        return env.get_wrapper_attr(name)
-    return getattr(env, name)
-
-
 def _make_call(attr_name: str) -> Callable[..., Any]:
     def call(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call method `name` of the env with the arguments and return its result.
 
         A non-callable attribute is returned as it is, like gymnasium's ``VectorEnv.call``.
         """
-        value = _env_attribute(_env_of(self, attr_name), name)
-        return value(*args, **kwargs) if callable(value) else value
+        return env_call(_env_of(self, attr_name), name, *args, **kwargs)
 
     return call
 
@@ -211,7 +204,7 @@ def _make_call(attr_name: str) -> Callable[..., Any]:
 def _make_get_attr(attr_name: str) -> Callable[..., Any]:
     def get_attr(self: Any, name: str) -> Any:
         """Return the env's attribute `name` (properties such as ``action_space`` included)."""
-        return _env_attribute(_env_of(self, attr_name), name)
+        return env_get_attr(_env_of(self, attr_name), name)
 
     return get_attr
 
@@ -219,11 +212,7 @@ def _make_get_attr(attr_name: str) -> Callable[..., Any]:
 def _make_set_attr(attr_name: str) -> Callable[..., None]:
     def set_attr(self: Any, name: str, value: Any) -> None:
         """Set the env's attribute `name` to `value`."""
-        env = _env_of(self, attr_name)
-        if hasattr(env, "set_wrapper_attr"):
-            env.set_wrapper_attr(name, value)
-        else:
-            setattr(env, name, value)
+        env_set_attr(_env_of(self, attr_name), name, value)
 
     return set_attr
 

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import logging
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import ray
+from gymnasium.vector import AutoresetMode
 from ray.actor import ActorHandle
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
-from ray_multiprocess_env.errors import ClosedEnvError, EnvCrashedError, RemoteEnvError
+from ray_multiprocess_env.errors import ClosedEnvError, RemoteEnvError
+from ray_multiprocess_env.fanout import ActorGroup, Call, FanOut
 from ray_multiprocess_env.integrations.pfrl import register_pfrl_vector_env
+from ray_multiprocess_env.remote import REMOTE_ENV_METHODS
+from ray_multiprocess_env.workers import start_workers
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["RayVectorEnv", "unzip"]
 
@@ -26,17 +31,6 @@ logger = logging.getLogger(__name__)
 _NO_OBS = object()
 #: Seconds `close` waits for the envs to close before it kills their actors anyway.
 _CLOSE_TIMEOUT_S = 30.0
-#: Seconds a failed call waits for its other envs before raising (bounded by ``timeout``).
-_ERROR_GRACE_S = 10.0
-
-
-class _Call(NamedTuple):
-    """One remote call of the fan-out: ``actors[env].<method>.remote(*args, **kwargs)``."""
-
-    env: int
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = MappingProxyType({})
 
 
 def unzip(results: Sequence[Any]) -> tuple[Any, ...]:
@@ -113,6 +107,54 @@ class RayVectorEnv:
                     f"`actors[{index}]` must be a Ray actor handle, got {actor!r} "
                     f"({type(actor).__name__}); create it with `.remote()` on a Ray actor class."
                 )
+        groups = [ActorGroup(actor, i, i + 1, batched=False) for i, actor in enumerate(actors)]
+        self._setup(groups, timeout=timeout, kill_on_close=kill_on_close)
+
+    @classmethod
+    def from_env_fns(
+        cls,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        envs_per_actor: int = 1,
+        actor_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        autoreset_mode: str | AutoresetMode = "next_step",
+    ) -> Self:
+        """Build the envs from factories inside worker actors holding `envs_per_actor` each.
+
+        The result behaves exactly like a `RayVectorEnv` over one actor per env (same return
+        values, masks, seeds and errors), but each Ray call steps a whole worker's envs, which
+        is much faster for cheap envs. `remote_envs` are then the worker actors.
+
+        Args:
+            env_fns: One picklable factory per env, called once inside its worker.
+            envs_per_actor: How many envs each worker actor holds (the last may hold fewer).
+            actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+            timeout: As for the constructor.
+            autoreset_mode: Used by the gymnasium adapter's batched stepping only.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> fns = [lambda: gym.make("CartPole-v1") for _ in range(4)]
+            >>> with RayVectorEnv.from_env_fns(fns, envs_per_actor=2) as vec:
+            ...     obs, infos = vec.reset()
+            ...     print(vec.num_envs, len(vec.remote_envs))
+            4 2
+        """
+        groups = start_workers(
+            env_fns,
+            envs_per_actor,
+            actor_options=actor_options,
+            autoreset_mode=autoreset_mode,
+            argument="envs_per_actor",
+        )
+        vec = cls.__new__(cls)
+        vec._setup(groups, timeout=timeout, kill_on_close=True)
+        return vec
+
+    def _setup(
+        self, groups: list[ActorGroup], *, timeout: float | None, kill_on_close: bool
+    ) -> None:
         if timeout is not None and (
             not isinstance(timeout, numbers.Real) or isinstance(timeout, bool)
         ):
@@ -121,11 +163,12 @@ class RayVectorEnv:
             raise ValueError(
                 f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
             )
-        self._actors: tuple[ActorHandle[Any], ...] = tuple(actors)
-        self._timeout = None if timeout is None else float(timeout)
+        self._groups = tuple(groups)
+        self._num_envs = groups[-1].stop
+        self._fanout = FanOut(groups, None if timeout is None else float(timeout))
         self._kill_on_close = kill_on_close
-        self._last_obs: list[Any] = [_NO_OBS] * len(actors)
-        self._next_seeds: list[int | None] = [None] * len(actors)
+        self._last_obs: list[Any] = [_NO_OBS] * self._num_envs
+        self._next_seeds: list[int | None] = [None] * self._num_envs
         self._reset_gives_info = False
         self._attr_cache: dict[str, Any] = {}
         self._closed = False
@@ -146,9 +189,7 @@ class RayVectorEnv:
         """
         self._check_open("step")
         self._check_length("actions", actions, "one action per env")
-        results = self._run(
-            "step", [_Call(i, "step", (action,)) for i, action in enumerate(actions)]
-        )
+        results = self._fanout.per_env("step", "step", [(action,) for action in actions])
         for index, result in enumerate(results):
             self._last_obs[index] = result[0] if isinstance(result, tuple) else result
         return unzip(results)
@@ -177,21 +218,21 @@ class RayVectorEnv:
                     f"`mask[{index}]` is truthy but env {index} has no observation yet; "
                     "call `reset()` without a mask first."
                 )
-        calls = []
-        for index, skipped in enumerate(skip):
-            if not skipped:
-                seed = self._next_seeds[index]
-                calls.append(_Call(index, "reset", (), {} if seed is None else {"seed": seed}))
-        results = self._run("reset", calls)
-        if results:
+        seeds = self._next_seeds
+        kwargs = [{} if seed is None else {"seed": seed} for seed in seeds]
+        args: list[tuple[Any, ...] | None] = [None if s else () for s in skip]
+        results = self._fanout.per_env("reset", "reset", args, kwargs)
+        reset_results = [r for r, s in zip(results, skip, strict=True) if not s]
+        if reset_results:
             self._reset_gives_info = all(
-                isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], dict) for r in results
+                isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], dict)
+                for r in reset_results
             )
         infos: list[Any] = [{} for _ in range(self.num_envs)]
-        for call, result in zip(calls, results, strict=True):
-            index = call.env
-            if "seed" in call.kwargs:
-                self._next_seeds[index] = None
+        for index, (result, skipped) in enumerate(zip(results, skip, strict=True)):
+            if skipped:
+                continue
+            self._next_seeds[index] = None
             if self._reset_gives_info:
                 self._last_obs[index], infos[index] = result
             else:
@@ -202,7 +243,7 @@ class RayVectorEnv:
     def seed(self, seeds: int | Sequence[int | None] | None = None) -> list[Any]:
         """Seed the envs: an int gives env ``i`` the seed ``seeds + i``; a list gives one each.
 
-        An actor with a ``seed`` method (old gym, `GymAPIBridge`) is seeded at once. A gymnasium
+        An env with a ``seed`` method (old gym, `GymAPIBridge`) is seeded at once. A gymnasium
         env has no ``seed`` method, so its seed is passed to its next ``reset(seed=...)``.
 
         Args:
@@ -224,15 +265,12 @@ class RayVectorEnv:
             raise TypeError(
                 f"`seeds` must be None, an int or a list of ints with one per env, got {seeds!r}."
             )
-        calls = [
-            _Call(i, "seed", (s,))
-            for i, s in enumerate(per_env)
-            if hasattr(self._actors[i], "seed")
-        ]
-        returned = dict(zip([c.env for c in calls], self._run("seed", calls), strict=True))
+        has_seed = self._fanout.env_has_method("seed")
+        args = [(s,) if has else None for s, has in zip(per_env, has_seed, strict=True)]
+        returned = self._fanout.per_env("seed", "seed", args)
         out: list[Any] = []
         for index, seed in enumerate(per_env):
-            if index in returned:
+            if has_seed[index]:
                 out.append(returned[index])
             else:
                 self._next_seeds[index] = seed
@@ -249,17 +287,24 @@ class RayVectorEnv:
         if self._closed:
             return
         self._closed = True
-        calls = [_Call(i, "close") for i, a in enumerate(self._actors) if hasattr(a, "close")]
         try:
-            self._run("close", calls, timeout=self._timeout or _CLOSE_TIMEOUT_S)
+            # Envs built by factories are env objects and have `close`; a plain actor may not.
+            args: list[tuple[Any, ...] | None] = [
+                () if group.batched or hasattr(group.actor, "close") else None
+                for group in self._groups
+                for _ in range(group.start, group.stop)
+            ]
+            self._fanout.per_env(
+                "close", "close", args, timeout=self._fanout.timeout or _CLOSE_TIMEOUT_S
+            )
         except (RemoteEnvError, TimeoutError) as err:
             if not self._kill_on_close:
                 raise
             logger.warning("Killing the actors after a failed `close`: %s", err)
         finally:
             if self._kill_on_close:
-                for actor in self._actors:
-                    ray.kill(actor)
+                for group in self._groups:
+                    ray.kill(group.actor)
 
     # ----------------------------------------------------------------------------------------
     # gymnasium-style helpers
@@ -270,7 +315,6 @@ class RayVectorEnv:
         otherwise the ``call`` method of `make_remote_class` actors, which also returns
         non-callable attributes.
         """
-        self._check_open(name)
         return tuple(self.call_each(name, [args] * self.num_envs, **kwargs))
 
     def call_each(
@@ -278,7 +322,7 @@ class RayVectorEnv:
     ) -> list[Any]:
         """Call method `name` on every env with its own positional arguments.
 
-        The building block for subclasses that add per-env methods: one remote call per env,
+        The building block for subclasses that add per-env methods: one remote call per actor,
         one wait, errors named by env index.
 
         Args:
@@ -292,22 +336,25 @@ class RayVectorEnv:
         self._check_open(name)
         self._check_length("args_per_env", args_per_env, "one argument tuple per env")
         calls = []
-        for index, args in enumerate(args_per_env):
-            if hasattr(self._actors[index], name):
-                calls.append(_Call(index, name, tuple(args), kwargs))
+        for g, group in enumerate(self._groups):
+            if group.batched and name in REMOTE_ENV_METHODS:  # as the actors' own methods
+                env_args = [tuple(args_per_env[i]) for i in range(group.start, group.stop)]
+                calls.append(self._fanout.apply_call(g, name, env_args, kwargs))
+            elif group.batched:
+                env_args = [(name, *args_per_env[i]) for i in range(group.start, group.stop)]
+                calls.append(self._fanout.apply_call(g, "call", env_args, kwargs))
+            elif hasattr(group.actor, name):
+                calls.append(Call(g, name, tuple(args_per_env[group.start]), kwargs))
             else:
-                self._require_method(index, "call", f"a method `{name}`")
-                calls.append(_Call(index, "call", (name, *args), kwargs))
-        return self._run(name, calls)
+                self._require_method(group, "call", f"a method `{name}`")
+                calls.append(Call(g, "call", (name, *args_per_env[group.start]), kwargs))
+        return self._fanout.per_env_results(calls, self._fanout.run(name, calls))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Return attribute `name` of every env (needs actors made by `make_remote_class`)."""
         self._check_open("get_attr")
-        for index in range(self.num_envs):
-            self._require_method(index, "get_attr", "`get_attr`")
-        return tuple(
-            self._run("get_attr", [_Call(i, "get_attr", (name,)) for i in range(self.num_envs)])
-        )
+        self._require_method_everywhere("get_attr")
+        return tuple(self._fanout.per_env("get_attr", "get_attr", [(name,)] * self.num_envs))
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set attribute `name` of every env: a list or tuple gives one value per env."""
@@ -317,9 +364,8 @@ class RayVectorEnv:
             per_env = list(values)
         else:
             per_env = [values] * self.num_envs
-        for index in range(self.num_envs):
-            self._require_method(index, "set_attr", "`set_attr`")
-        self._run("set_attr", [_Call(i, "set_attr", (name, v)) for i, v in enumerate(per_env)])
+        self._require_method_everywhere("set_attr")
+        self._fanout.per_env("set_attr", "set_attr", [(name, v) for v in per_env])
         self._attr_cache.pop(name, None)
 
     # ----------------------------------------------------------------------------------------
@@ -327,12 +373,17 @@ class RayVectorEnv:
     @property
     def num_envs(self) -> int:
         """The number of envs."""
-        return len(self._actors)
+        return self._num_envs
 
     @property
     def remote_envs(self) -> tuple[ActorHandle[Any], ...]:
-        """The actor handles, in env order (for ``ray.get([e.m.remote() for e in ...])``)."""
-        return self._actors
+        """The actor handles: one per env, or one per worker for `from_env_fns`."""
+        return tuple(group.actor for group in self._groups)
+
+    @property
+    def env_slices(self) -> tuple[slice, ...]:
+        """The envs each actor of `remote_envs` holds, as slices of env indices."""
+        return tuple(slice(group.start, group.stop) for group in self._groups)
 
     @property
     def closed(self) -> bool:
@@ -359,7 +410,7 @@ class RayVectorEnv:
         """The ``EnvSpec`` of one env (env 0's, fetched once), or None."""
         return self._env0_attr("spec")
 
-    def __enter__(self) -> RayVectorEnv:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -370,76 +421,42 @@ class RayVectorEnv:
         return f"{type(self).__name__}(num_envs={self.num_envs}{state})"
 
     # ----------------------------------------------------------------------------------------
-    # the fan-out engine
-    def _run(
-        self, label: str, calls: Sequence[_Call], *, timeout: float | None = None
+    # for adapters
+    def _call_actors(
+        self, method: str, args_per_actor: Sequence[tuple[Any, ...] | None]
     ) -> list[Any]:
-        """Launch one remote call per `calls` entry, wait once, return results in call order."""
-        timeout = self._timeout if timeout is None else timeout
-        refs = [self._submit(call) for call in calls]
-        indices = [c.env for c in calls]
-        if not refs:
-            return []
-        try:
-            return list(ray.get(refs, timeout=timeout))
-        except GetTimeoutError as err:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            late = [i for i, ref in zip(indices, refs, strict=True) if ref not in ready]
-            raise TimeoutError(
-                f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
-                "Raise `timeout` if the env is slow, or close this vector env."
-            ) from err
-        except RayError as err:
-            raise self._remote_error(label, indices, refs, err) from err
+        """Call `method` once per actor of `remote_envs` (None skips that actor).
 
-    def _submit(self, call: _Call) -> Any:
-        try:
-            return getattr(self._actors[call.env], call.method).remote(*call.args, **call.kwargs)
-        except TypeError as err:  # Ray checks the arguments against the method's signature
-            hint = (
-                " Its actor has no `seed` method and its `reset` takes no `seed`: add a "
-                "`seed(seed)` method or a `reset(seed=None)` to the actor class, or do not seed."
-                if call.method == "reset" and "seed" in call.kwargs
-                else ""
-            )
-            raise TypeError(
-                f"env {call.env}: `{call.method}` does not accept these arguments ({err}).{hint}"
-            ) from err
-
-    def _remote_error(
-        self, label: str, indices: list[int], refs: list[Any], err: RayError
-    ) -> RemoteEnvError:
-        # Give the other envs of this call a bounded moment to finish, so every failure of the
-        # call is named and no env is still busy with it when the error reaches the user.
-        grace = _ERROR_GRACE_S if self._timeout is None else min(self._timeout, _ERROR_GRACE_S)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=grace)
-        failed: list[tuple[int, BaseException]] = []
-        for index, ref in zip(indices, refs, strict=True):
-            if ref in ready:
-                try:
-                    ray.get(ref, timeout=0)
-                except RayError as error:
-                    failed.append((index, error))
-        first_index, first_error = failed[0] if failed else (indices[0], err)
-        kind = EnvCrashedError if isinstance(first_error, RayActorError) else RemoteEnvError
-        return kind(first_index, label, first_error, env_indices=[i for i, _ in failed] or None)
+        For adapters that use the worker actors' batched methods: one wait, errors named by env
+        index. Returns one result per actor (None where skipped).
+        """
+        self._check_open(method)
+        return self._fanout.per_actor(method, args_per_actor)
 
     def _env0_attr(self, name: str) -> Any:
         if name not in self._attr_cache:
             self._check_open(name)
-            if not hasattr(self._actors[0], "get_attr"):
+            if not self._groups[0].batched and not hasattr(self._groups[0].actor, "get_attr"):
                 raise AttributeError(
                     f"`{name}` is unknown: env 0's actor has no `get_attr` method. Build the "
                     "actors with `make_remote_class`, or add `def get_attr(self, name)`."
                 )
-            self._attr_cache[name] = self._run("get_attr", [_Call(0, "get_attr", (name,))])[0]
+            args: list[tuple[Any, ...] | None] = [None] * self.num_envs
+            args[0] = (name,)
+            self._attr_cache[name] = self._fanout.per_env("get_attr", "get_attr", args)[0]
         return self._attr_cache[name]
 
-    def _require_method(self, index: int, method: str, what: str) -> None:
-        if not hasattr(self._actors[index], method):
+    def _require_method_everywhere(self, method: str) -> None:
+        for group in self._groups:
+            self._require_method(group, method, f"`{method}`")
+
+    @staticmethod
+    def _require_method(group: ActorGroup, method: str, what: str) -> None:
+        if not group.batched and not hasattr(group.actor, method):
             raise ValueError(
-                f"env {index}'s actor has no {what}; build the actors with `make_remote_class` "
-                f"(which adds `call`, `get_attr` and `set_attr`) or define it on the actor class."
+                f"env {group.start}'s actor has no {what}; build the actors with "
+                "`make_remote_class` (which adds `call`, `get_attr` and `set_attr`) or define "
+                "it on the actor class."
             )
 
     def _check_open(self, method: str) -> None:

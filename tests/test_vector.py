@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -16,11 +18,28 @@ from ray_multiprocess_env import (
     make_remote_class,
     unzip,
 )
-from tests.envs import BridgeHolder, FlakyHolder, GymHolder, PlainStepEnv, SeedStyleEnv
+from tests.envs import (
+    BridgeHolder,
+    FlakyEnv,
+    FlakyHolder,
+    GymHolder,
+    PlainStepEnv,
+    SeedStyleEnv,
+)
 
 RemoteGym = make_remote_class(GymHolder, "env", gym.Env)
 RemoteBridge = make_remote_class(BridgeHolder, "env", GymAPIBridge)
 RemoteFlaky = make_remote_class(FlakyHolder, "env", gym.Env)
+
+
+LAYOUTS = ["actor-per-env", "workers-of-2"]
+
+
+def _flaky_vec(num_envs, layout, vec_class=RayVectorEnv, **kwargs):
+    """Flaky envs in one actor each, or in workers of two envs (``from_env_fns``)."""
+    if layout == "actor-per-env":
+        return vec_class([RemoteFlaky.remote() for _ in range(num_envs)], **kwargs)
+    return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_actor=2, **kwargs)
 
 
 def _sample_actions(envs, seed):
@@ -32,19 +51,26 @@ def _sample_actions(envs, seed):
 @pytest.mark.parametrize("num_envs", [1, 3])
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
 @pytest.mark.parametrize("api", ["gymnasium", "old-gym"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 class TestAgainstInProcessEnvs:
-    """pfrl's vector-env test pattern: seed, reset, step and masked reset equal plain envs."""
+    """pfrl's vector-env test pattern: seed, reset, step and masked reset equal plain envs.
+
+    The same for one actor per env and for workers holding two envs each.
+    """
 
     @pytest.fixture(autouse=True)
-    def _envs(self, num_envs, env_id, api):
+    def _envs(self, num_envs, env_id, api, layout):
         remote_class = RemoteGym if api == "gymnasium" else RemoteBridge
         self.api = api
-        self.vec = RayVectorEnv([remote_class.remote(env_id) for _ in range(num_envs)])
         make = (
             (lambda: gym.make(env_id))
             if api == "gymnasium"
             else (lambda: GymAPIBridge(gym.make(env_id)))
         )
+        if layout == "actor-per-env":
+            self.vec = RayVectorEnv([remote_class.remote(env_id) for _ in range(num_envs)])
+        else:
+            self.vec = RayVectorEnv.from_env_fns([make] * num_envs, envs_per_actor=2)
         self.envs = [make() for _ in range(num_envs)]
         self.num_envs = num_envs
         yield
@@ -173,22 +199,25 @@ class RenderingVec(RayVectorEnv):
         return self.call_each("set_attr", [("gravity", v) for v in values])
 
 
-def test_subclass_adds_fan_out_methods():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_subclass_adds_fan_out_methods(layout):
     """A subclass adds fan-out methods through call, call_each and remote_envs."""
-    with RenderingVec([RemoteFlaky.remote() for _ in range(2)]) as vec:
+    with _flaky_vec(2, layout, RenderingVec) as vec:
         vec.reset()
         vec.step([1, 2])
         frames = vec.render_all()
         assert [f.shape for f in frames] == [(8, 8, 3), (8, 8, 3)]
         assert [f[0, 0, 0] for f in frames] == [1, 2]
-        np.testing.assert_array_equal(vec.render_direct()[1], frames[1])
+        if layout == "actor-per-env":  # workers are EnvWorker actors, not env actors
+            np.testing.assert_array_equal(vec.render_direct()[1], frames[1])
         vec.set_gravities([4.0, 5.0])
         assert vec.get_attr("gravity") == (4.0, 5.0)
 
 
-def test_wrong_number_of_actions_fails_before_any_remote_call():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_wrong_number_of_actions_fails_before_any_remote_call(layout):
     """A wrong action count raises ValueError and leaves every env untouched."""
-    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+    with _flaky_vec(2, layout) as vec:
         vec.reset()
         with pytest.raises(ValueError, match=r"`actions` has 3 entries but there are 2 envs"):
             vec.step([1, 1, 1])
@@ -213,9 +242,10 @@ def test_bad_mask(mask, error, match):
             vec.reset(mask)
 
 
-def test_mask_before_first_reset():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_mask_before_first_reset(layout):
     """Skipping an env that never had an observation names the env and the fix."""
-    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+    with _flaky_vec(2, layout) as vec:
         with pytest.raises(ValueError, match=r"env 1 has no observation yet"):
             vec.reset([False, True])
 
@@ -279,9 +309,10 @@ def test_close_can_keep_actors():
     ray.kill(actors[0])
 
 
-def test_env_exception_names_env_and_method_and_keeps_traceback():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_env_exception_names_env_and_method_and_keeps_traceback(layout):
     """An exception in env 1 names env 1 and `step`, keeps the remote traceback; env 1 recovers."""
-    with RayVectorEnv([RemoteFlaky.remote() for _ in range(3)]) as vec:
+    with _flaky_vec(3, layout) as vec:
         vec.reset()
         vec.step([1, 1, 1])
         with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`: ValueError") as info:
@@ -298,27 +329,35 @@ def test_env_exception_names_env_and_method_and_keeps_traceback():
         assert [o.item() for o in obs] == [3.0, 1.0, 3.0]
 
 
-def test_several_failing_envs_are_all_named():
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_several_failing_envs_are_all_named(layout):
     """When several envs fail in one call the error lists all of them."""
-    with RayVectorEnv([RemoteFlaky.remote() for _ in range(3)]) as vec:
+    with _flaky_vec(3, layout) as vec:
         vec.reset()
         with pytest.raises(RemoteEnvError, match=r"env 0 failed in `step` \(env\(s\) \[2\]"):
             vec.step([-1, 0, -2])
 
 
-def test_timeout_names_the_slow_env(caplog):
-    """A call that outlives `timeout` raises TimeoutError naming the env; close() still works."""
-    actors = [RemoteFlaky.remote() for _ in range(2)]
-    vec = RayVectorEnv(actors, timeout=1.0)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_timeout_names_the_slow_env(caplog, layout):
+    """A call that outlives `timeout` raises TimeoutError naming the env; close() still works.
+
+    With workers, the whole worker of the slow env is named: its envs answer together.
+    """
+    vec = _flaky_vec(2, layout, timeout=1.0)
+    actors = vec.remote_envs
+    late = "[1]" if layout == "actor-per-env" else "[0, 1]"
     vec.reset()
     vec.set_attr("delay", [0.0, 60.0])
-    with pytest.raises(TimeoutError, match=r"`step` timed out after 1.0 s: env\(s\) \[1\]"):
+    with pytest.raises(
+        TimeoutError, match=rf"`step` timed out after 1.0 s: env\(s\) {re.escape(late)}"
+    ):
         vec.step([0, 0])
     vec.close()
     assert "Killing the actors after a failed `close`" in caplog.text
-    assert "`close` timed out after 1.0 s: env(s) [1]" in caplog.text
+    assert f"`close` timed out after 1.0 s: env(s) {late}" in caplog.text
     with pytest.raises(RayActorError):
-        ray.get(actors[1].reset.remote(), timeout=30)
+        ray.get(actors[-1].__ray_ready__.remote(), timeout=30)
 
 
 def test_close_without_killing_raises_a_failed_close():

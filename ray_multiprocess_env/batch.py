@@ -1,0 +1,60 @@
+"""Batching per-env values into numpy batches and back, for any gymnasium space.
+
+Workers stack the observations of their own envs with gymnasium's `concatenate`; the driver then
+joins the workers' batches with `join_batches` and splits batched actions per worker with
+`split_batch`. Dict and Tuple spaces are handled key by key, as gymnasium batches them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import concatenate, create_empty_array, iterate
+
+__all__ = ["join_batches", "split_batch", "stack", "unstack"]
+
+
+def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
+    """Stack one value per env into a batch of `space` (``out`` is reused when given)."""
+    if out is None:
+        out = create_empty_array(space, n=len(items), fn=np.zeros)
+    return concatenate(space, items, out)
+
+
+def unstack(batched_space: spaces.Space[Any], batch: Any) -> list[Any]:
+    """Split a batch of `batched_space` into one value per env."""
+    return list(iterate(batched_space, batch))
+
+
+def join_batches(space: spaces.Space[Any], batches: Sequence[Any]) -> Any:
+    """Join batches of the single-env `space` (one per worker) into one batch, in order."""
+    if isinstance(space, spaces.Dict):
+        return {key: join_batches(sub, [b[key] for b in batches]) for key, sub in space.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(
+            join_batches(sub, [b[i] for b in batches]) for i, sub in enumerate(space.spaces)
+        )
+    if len(batches) == 1 and isinstance(batches[0], np.ndarray):
+        return np.array(batches[0])  # a writable copy; Ray hands out read-only arrays
+    if isinstance(batches[0], np.ndarray):
+        return np.concatenate(batches, axis=0)
+    return tuple(item for batch in batches for item in batch)
+
+
+def split_batch(
+    space: spaces.Space[Any], batch: Any, bounds: Sequence[tuple[int, int]]
+) -> list[Any]:
+    """Cut a batch of the single-env `space` into ``batch[start:stop]`` for each bound."""
+    if isinstance(space, spaces.Dict):
+        parts = {key: split_batch(sub, batch[key], bounds) for key, sub in space.items()}
+        return [{key: parts[key][i] for key in space} for i in range(len(bounds))]
+    if isinstance(space, spaces.Tuple):
+        parts_t = [split_batch(sub, batch[j], bounds) for j, sub in enumerate(space.spaces)]
+        return [tuple(p[i] for p in parts_t) for i in range(len(bounds))]
+    if isinstance(batch, np.ndarray):
+        return [batch[start:stop] for start, stop in bounds]
+    items = list(batch)
+    return [tuple(items[start:stop]) for start, stop in bounds]

@@ -1,0 +1,208 @@
+"""The fan-out engine: one remote call per actor, one wait, results back in env order.
+
+`FanOut` is how `RayVectorEnv` (and through it every adapter) talks to its actors. An actor
+holds one env (a plain actor, called directly) or several (an `EnvWorker`, called through its
+``apply`` method); either way callers speak in env indices ``0..num_envs-1``. Every wait has the
+vector env's timeout, and every failure is raised as the project's error naming the env indices
+and the method, chained to Ray's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import ray
+from ray.actor import ActorHandle
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+
+from ray_multiprocess_env.errors import EnvCrashedError, RemoteEnvError, _EnvFailures
+
+__all__ = ["ActorGroup", "Call", "FanOut"]
+
+#: Seconds a failed call waits for its other actors before raising (bounded by ``timeout``).
+_ERROR_GRACE_S = 10.0
+
+
+class ActorGroup(NamedTuple):
+    """One actor and the envs ``start..stop-1`` it holds.
+
+    A plain actor (``batched=False``) holds one env and is called directly; an `EnvWorker`
+    (``batched=True``) holds several and is called through its ``apply`` method.
+    """
+
+    actor: ActorHandle[Any]
+    start: int
+    stop: int
+    batched: bool
+
+
+class Call(NamedTuple):
+    """One remote call: ``groups[group].actor.<method>.remote(*args, **kwargs)``."""
+
+    group: int
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = MappingProxyType({})
+
+
+class FanOut:
+    """Launches calls on a fixed list of actor groups and gathers their results.
+
+    Args:
+        groups: The actors, in env order; their env ranges tile ``0..num_envs-1``.
+        timeout: Seconds to wait for all results of one call, or None.
+    """
+
+    def __init__(self, groups: Sequence[ActorGroup], timeout: float | None) -> None:
+        self.groups = tuple(groups)
+        self.num_envs = self.groups[-1].stop
+        self.timeout = timeout
+        self._has_method: dict[str, list[bool]] = {}
+
+    def per_env(
+        self,
+        label: str,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Call `method` on each env whose args are not None; one result per env (None if not)."""
+        kwargs_per_env = kwargs_per_env or [{}] * self.num_envs
+        calls = []
+        for g, group in enumerate(self.groups):
+            envs = range(group.start, group.stop)
+            if all(args_per_env[i] is None for i in envs):
+                continue
+            if group.batched:
+                env_args = [args_per_env[i] for i in envs]
+                env_kwargs = [kwargs_per_env[i] for i in envs]
+                calls.append(self.apply_call(g, method, env_args, env_kwargs))
+            else:
+                args = args_per_env[group.start]
+                assert args is not None
+                calls.append(Call(g, method, args, kwargs_per_env[group.start]))
+        return self.per_env_results(calls, self.run(label, calls, timeout=timeout))
+
+    def per_actor(self, method: str, args_per_actor: Sequence[tuple[Any, ...] | None]) -> list[Any]:
+        """Call `method` once per actor whose args are not None; one result per actor."""
+        calls = [Call(g, method, a) for g, a in enumerate(args_per_actor) if a is not None]
+        results: list[Any] = [None] * len(self.groups)
+        for call, result in zip(calls, self.run(method, calls), strict=True):
+            results[call.group] = result
+        return results
+
+    @staticmethod
+    def apply_call(
+        group: int,
+        method: str,
+        args: Sequence[tuple[Any, ...] | None],
+        kwargs: Sequence[Mapping[str, Any]] | Mapping[str, Any],
+    ) -> Call:
+        """The call that runs `method` on each env of a worker (`EnvWorker.apply`)."""
+        if isinstance(kwargs, Mapping):
+            kwargs = [kwargs] * len(args)
+        return Call(group, "apply", (method, list(args), [dict(k) for k in kwargs]))
+
+    def per_env_results(self, calls: Sequence[Call], results: Sequence[Any]) -> list[Any]:
+        """Spread the results of per-env `calls` to one entry per env (None where not called)."""
+        out: list[Any] = [None] * self.num_envs
+        for call, result in zip(calls, results, strict=True):
+            group = self.groups[call.group]
+            if group.batched:
+                out[group.start : group.stop] = result
+            else:
+                out[group.start] = result
+        return out
+
+    def env_has_method(self, name: str) -> list[bool]:
+        """Whether each env has a method `name` (asked of the workers once, then cached)."""
+        if name not in self._has_method:
+            calls = [
+                Call(g, "has_method", (name,))
+                for g, group in enumerate(self.groups)
+                if group.batched
+            ]
+            answers = iter(self.run("has_method", calls))
+            has: list[bool] = []
+            for group in self.groups:
+                has.extend(next(answers) if group.batched else [hasattr(group.actor, name)])
+            self._has_method[name] = has
+        return self._has_method[name]
+
+    def run(self, label: str, calls: Sequence[Call], *, timeout: float | None = None) -> list[Any]:
+        """Launch every call, wait once, and return the results in call order.
+
+        Raises:
+            TimeoutError: If the results are not all in after the timeout; names the envs.
+            RemoteEnvError: If an env raised; `EnvCrashedError` if an actor died.
+        """
+        timeout = self.timeout if timeout is None else timeout
+        refs = [self._submit(call) for call in calls]
+        if not refs:
+            return []
+        try:
+            return list(ray.get(refs, timeout=timeout))
+        except GetTimeoutError as err:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            late = [
+                i
+                for call, ref in zip(calls, refs, strict=True)
+                if ref not in ready
+                for i in self._envs_of(call)
+            ]
+            raise TimeoutError(
+                f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
+                "Raise `timeout` if the env is slow, or close this vector env."
+            ) from err
+        except RayError as err:
+            raise self._remote_error(label, calls, refs, err) from err
+
+    def _submit(self, call: Call) -> Any:
+        group = self.groups[call.group]
+        try:
+            return getattr(group.actor, call.method).remote(*call.args, **call.kwargs)
+        except TypeError as err:  # Ray checks the arguments against the method's signature
+            hint = (
+                " Its actor has no `seed` method and its `reset` takes no `seed`: add a "
+                "`seed(seed)` method or a `reset(seed=None)` to the actor class, or do not seed."
+                if call.method == "reset" and "seed" in call.kwargs
+                else ""
+            )
+            raise TypeError(
+                f"env {group.start}: `{call.method}` does not accept these arguments ({err}).{hint}"
+            ) from err
+
+    def _envs_of(self, call: Call) -> range:
+        group = self.groups[call.group]
+        return range(group.start, group.stop)
+
+    def _remote_error(
+        self, label: str, calls: Sequence[Call], refs: list[Any], err: RayError
+    ) -> RemoteEnvError:
+        # Give the other calls a bounded moment to finish, so every failure of this call is
+        # named and no env is still busy with it when the error reaches the user.
+        grace = _ERROR_GRACE_S if self.timeout is None else min(self.timeout, _ERROR_GRACE_S)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=grace)
+        failed: list[tuple[list[int], BaseException]] = []
+        for call, ref in zip(calls, refs, strict=True):
+            if ref in ready:
+                try:
+                    ray.get(ref, timeout=0)
+                except RayError as error:
+                    cause = getattr(error, "cause", None)
+                    envs = (
+                        cause.env_indices
+                        if isinstance(cause, _EnvFailures)
+                        else list(self._envs_of(call))
+                    )
+                    failed.append((envs, error))
+        if not failed:  # pragma: no cover - the failure that raised is always among them
+            failed = [(list(self._envs_of(calls[0])), err)]
+        first_envs, first_error = failed[0]
+        kind = EnvCrashedError if isinstance(first_error, RayActorError) else RemoteEnvError
+        indices = [i for envs, _ in failed for i in envs]
+        return kind(first_envs[0], label, first_error, env_indices=indices)

@@ -1,0 +1,269 @@
+"""`EnvWorker`: the actor that holds K envs and steps them all in one call.
+
+One Ray call costs far more than a cheap env step, so a worker steps its K envs per call and
+returns their observations stacked. Seeds, autoreset (gymnasium's three modes) and per-env
+exception capture happen here, so an autoreset costs no extra round trip and a failure still
+names the global env index.
+"""
+
+from __future__ import annotations
+
+import numbers
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from ray_multiprocess_env.batch import stack, unstack
+from ray_multiprocess_env.compat import as_autoreset_mode, env_call, env_get_attr, env_set_attr
+from ray_multiprocess_env.errors import _EnvFailures
+from ray_multiprocess_env.fanout import ActorGroup
+from ray_multiprocess_env.runtime import ensure_runtime
+
+__all__ = ["EnvWorker", "start_workers"]
+
+#: The methods `EnvWorker.apply` maps to `compat` instead of the env's own attribute.
+_ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
+    "call": env_call,
+    "get_attr": env_get_attr,
+    "set_attr": env_set_attr,
+}
+
+
+class EnvWorker:
+    """Holds the envs ``env_indices`` (built by `env_fns`) inside one Ray actor.
+
+    Args:
+        env_fns: One factory per env; each is called once, in the actor.
+        env_indices: The global index of each env, used in error messages.
+        autoreset_mode: gymnasium's autoreset mode for `step_batch`.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        env_indices: Sequence[int],
+        autoreset_mode: str = AutoresetMode.NEXT_STEP.value,
+    ) -> None:
+        self.env_indices = list(env_indices)
+        self.envs = []
+        for index, env_fn in zip(self.env_indices, env_fns, strict=True):
+            try:
+                self.envs.append(env_fn())
+            except Exception as err:
+                raise RuntimeError(
+                    f"env {index}: its factory raised {type(err).__name__}: {err}"
+                ) from err
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        count = len(self.envs)
+        self._obs: list[Any] = [None] * count
+        self._obs_batch: Any = None
+        self._rewards = np.zeros(count, dtype=np.float64)
+        self._terminations = np.zeros(count, dtype=np.bool_)
+        self._truncations = np.zeros(count, dtype=np.bool_)
+        self._autoreset = np.zeros(count, dtype=np.bool_)
+        self._action_batch_space = batch_space(self.envs[0].action_space, count)
+
+    # -- per-env calls (the pfrl-style RayVectorEnv) -----------------------------------------
+    def apply(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[dict[str, Any]],
+    ) -> list[Any]:
+        """Call `method` on each env whose args are not None; None marks a skipped env."""
+        results: list[Any] = [None] * len(self.envs)
+        failures = []
+        for k, (env, args, kwargs) in enumerate(
+            zip(self.envs, args_per_env, kwargs_per_env, strict=True)
+        ):
+            if args is None:
+                continue
+            try:
+                if method in _ATTRIBUTE_METHODS:
+                    results[k] = _ATTRIBUTE_METHODS[method](env, *args, **kwargs)
+                else:
+                    results[k] = getattr(env, method)(*args, **kwargs)
+            except Exception as err:
+                failures.append(self._failure(k, err))
+        if failures:
+            raise _EnvFailures(method, failures)
+        return results
+
+    def has_method(self, name: str) -> list[bool]:
+        """Whether each env has a callable attribute `name` (e.g. old gym's ``seed``)."""
+        return [callable(getattr(env, name, None)) for env in self.envs]
+
+    def describe(self) -> dict[str, Any]:
+        """The spaces, metadata and render mode of the first env, checked against the others."""
+        first = self.envs[0]
+        for index, env in zip(self.env_indices, self.envs, strict=True):
+            for space in ("observation_space", "action_space"):
+                if getattr(env, space) != getattr(first, space):
+                    raise ValueError(
+                        f"env {index} has {space} {getattr(env, space)} but env "
+                        f"{self.env_indices[0]} has {getattr(first, space)}; every env of a "
+                        "vector env needs the same spaces."
+                    )
+        return {
+            "observation_space": first.observation_space,
+            "action_space": first.action_space,
+            "metadata": dict(getattr(first, "metadata", {}) or {}),
+            "render_mode": getattr(first, "render_mode", None),
+        }
+
+    # -- batched calls (GymnasiumVectorEnv) --------------------------------------------------
+    def reset_batch(
+        self,
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | None,
+        mask: Sequence[bool] | None,
+    ) -> tuple[Any, list[list[dict[str, Any]]]]:
+        """Reset the envs (those with a True `mask` entry only, if given), like gymnasium.
+
+        Returns:
+            The stacked observations of all K envs (unreset envs keep their last one) and, per
+            env, the info dicts to add to the vector info in order.
+        """
+        infos: list[list[dict[str, Any]]] = [[] for _ in self.envs]
+        failures = []
+        for k, env in enumerate(self.envs):
+            if mask is not None and not mask[k]:
+                continue
+            self._terminations[k] = self._truncations[k] = self._autoreset[k] = False
+            try:
+                self._obs[k], info = env.reset(seed=seeds[k], options=options)
+            except Exception as err:
+                failures.append(self._failure(k, err))
+                continue
+            infos[k] = [info] if info else []
+        if failures:
+            raise _EnvFailures("reset", failures)
+        return self._stacked_obs(), infos
+
+    def step_batch(
+        self, actions: Any
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict[str, Any]]]]:
+        """Step the K envs with gymnasium's autoreset semantics for `autoreset_mode`."""
+        single_actions = unstack(self._action_batch_space, actions)
+        infos: list[list[dict[str, Any]]] = [[] for _ in self.envs]
+        failures = []
+        mode = self.autoreset_mode
+        for k, (env, action) in enumerate(zip(self.envs, single_actions, strict=True)):
+            try:
+                if mode == AutoresetMode.NEXT_STEP and self._autoreset[k]:
+                    self._obs[k], info = env.reset()
+                    self._rewards[k] = 0.0
+                    self._terminations[k] = self._truncations[k] = False
+                else:
+                    (
+                        self._obs[k],
+                        self._rewards[k],
+                        self._terminations[k],
+                        self._truncations[k],
+                        info,
+                    ) = env.step(action)
+                    if mode == AutoresetMode.SAME_STEP and (
+                        self._terminations[k] or self._truncations[k]
+                    ):
+                        infos[k].append({"final_obs": self._obs[k], "final_info": info})
+                        self._obs[k], info = env.reset()
+            except Exception as err:
+                failures.append(self._failure(k, err))
+                continue
+            if info:
+                infos[k].append(info)
+        if failures:
+            raise _EnvFailures("step", failures)
+        self._autoreset = np.logical_or(self._terminations, self._truncations)
+        return (
+            self._stacked_obs(),
+            self._rewards.copy(),
+            self._terminations.copy(),
+            self._truncations.copy(),
+            infos,
+        )
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _stacked_obs(self) -> Any:
+        self._obs_batch = stack(self.envs[0].observation_space, self._obs, self._obs_batch)
+        return self._obs_batch
+
+    def _failure(self, k: int, err: Exception) -> tuple[int, str, str, str]:
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        return (self.env_indices[k], type(err).__name__, str(err), text)
+
+
+def start_workers(
+    env_fns: Sequence[Callable[[], Any]],
+    envs_per_worker: int,
+    *,
+    actor_options: Mapping[str, Any] | None = None,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    argument: str = "envs_per_worker",
+) -> list[ActorGroup]:
+    """Start `EnvWorker` actors holding `envs_per_worker` envs each (the last may hold fewer).
+
+    Starts a local Ray runtime first if none is running. `argument` is the name the caller's
+    users know `envs_per_worker` by, for error messages.
+
+    Raises:
+        TypeError: If `env_fns` is not a list of callables, an option has the wrong type, or a
+            factory cannot be pickled (the message names its env indices).
+        ValueError: If `env_fns` is empty or `envs_per_worker` is not positive.
+    """
+    factories = _check_env_fns(env_fns)
+    per_worker = _check_positive_int(argument, envs_per_worker)
+    if actor_options is not None and not isinstance(actor_options, Mapping):
+        raise TypeError(
+            f"`actor_options` must be a mapping of `ray.remote` options, got {actor_options!r}."
+        )
+    mode = as_autoreset_mode(autoreset_mode)
+    ensure_runtime()
+    worker_class: Any = ray.remote(EnvWorker)
+    if actor_options:
+        worker_class = worker_class.options(**actor_options)
+    groups: list[ActorGroup] = []
+    for start in range(0, len(factories), per_worker):
+        stop = min(start + per_worker, len(factories))
+        try:
+            actor = worker_class.remote(factories[start:stop], list(range(start, stop)), mode.value)
+        except Exception as err:
+            for group in groups:
+                ray.kill(group.actor)
+            raise TypeError(
+                f"the env factories of envs {start}..{stop - 1} could not be sent to a Ray "
+                f"worker: {err}. Env factories must be picklable: use a module-level function "
+                "or `functools.partial`, with no open files, locks or sockets in closures."
+            ) from err
+        groups.append(ActorGroup(actor, start, stop, batched=True))
+    return groups
+
+
+def _check_env_fns(env_fns: Any) -> list[Callable[[], Any]]:
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
+        raise TypeError(
+            f"`env_fns` must be a list of env factories (callables), got {env_fns!r}; "
+            "e.g. `[lambda: gymnasium.make('CartPole-v1')] * 8`."
+        )
+    factories: list[Callable[[], Any]] = list(env_fns)
+    if not factories:
+        raise ValueError("`env_fns` is empty; pass at least one env factory.")
+    for index, env_fn in enumerate(factories):
+        if not callable(env_fn):
+            raise TypeError(
+                f"`env_fns[{index}]` must be a callable that returns an env, got {env_fn!r}."
+            )
+    return factories
+
+
+def _check_positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be a positive int, got {value!r}.")
+    if value < 1:
+        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    return int(value)
