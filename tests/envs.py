@@ -90,3 +90,40 @@ class PlainStepEnv:
     def step(self, action: int) -> int:
         self.total += action
         return self.total
+
+
+class DictObsEnv(gym.Env[dict, int]):
+    """A small env with a Dict observation, varied infos, terminations and truncations."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "position": gym.spaces.Box(-10.0, 10.0, shape=(2,), dtype=np.float64),
+            "steps": gym.spaces.Discrete(50),
+        }
+    )
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, max_steps: int = 12) -> None:
+        self.max_steps = max_steps
+        self.position = np.zeros(2)
+        self.steps = 0
+
+    def _obs(self) -> dict:
+        return {"position": self.position.copy(), "steps": self.steps}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.position = self.np_random.uniform(-1.0, 1.0, size=2)
+        self.steps = 0
+        return self._obs(), {"start": self.position.copy()}
+
+    def step(self, action: int):
+        self.position = self.position + (action - 1) * 0.5 + self.np_random.normal(0, 0.3, 2)
+        self.steps += 1
+        distance = float(np.abs(self.position).max())
+        terminated = distance > 2.5
+        truncated = self.steps >= self.max_steps
+        info: dict[str, Any] = {"distance": distance, "nested": {"even": self.steps % 2 == 0}}
+        if self.steps % 3 == 0:
+            info["every_third"] = self.steps
+        return self._obs(), -distance, terminated, truncated, info

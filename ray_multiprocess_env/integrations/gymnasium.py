@@ -1,0 +1,343 @@
+"""`GymnasiumVectorEnv`: a real `gymnasium.vector.VectorEnv` backed by Ray worker actors.
+
+Each worker holds several envs, steps them in one call with gymnasium's autoreset semantics, and
+returns their observations stacked; this adapter joins the workers' batches. It composes a
+`RayVectorEnv` (built with `RayVectorEnv.from_env_fns`) for every remote call, so timeouts and
+errors naming the env index work as everywhere else. RLlib's new API stack uses it through
+gymnasium's ``vector_entry_point``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from ray_multiprocess_env.batch import join_batches, split_batch
+from ray_multiprocess_env.compat import as_autoreset_mode
+from ray_multiprocess_env.vector import RayVectorEnv
+
+__all__ = ["GymnasiumVectorEnv", "make_vector_env", "vector_entry_point"]
+
+
+class GymnasiumVectorEnv(VectorEnv):
+    """A `gymnasium.vector.VectorEnv` whose envs live in Ray worker actors.
+
+    Behaves like `gymnasium.vector.SyncVectorEnv` (same batched arrays, infos with ``_key``
+    masks, ``reset_mask``, autoreset modes), with the envs stepped in parallel by
+    ``ceil(len(env_fns) / envs_per_worker)`` actors.
+
+    Args:
+        env_fns: One picklable factory per env, called inside its worker.
+        envs_per_worker: How many envs each worker actor holds.
+        autoreset_mode: ``"next_step"`` (default; what RLlib needs), ``"same_step"`` or
+            ``"disabled"``, or a `gymnasium.vector.AutoresetMode`.
+        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        timeout: Seconds to wait for any one call, or None.
+        seed: If given, the first `reset` without a seed seeds env ``i`` with ``seed + i``
+            (and the batched action space with ``seed``).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> envs = GymnasiumVectorEnv([lambda: gym.make("CartPole-v1")] * 4, envs_per_worker=2)
+        >>> obs, infos = envs.reset(seed=0)
+        >>> obs.shape
+        (4, 4)
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+        *,
+        envs_per_worker: int = 1,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        actor_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.autoreset_mode = as_autoreset_mode(autoreset_mode)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise TypeError(f"`seed` must be an int or None, got {seed!r}.")
+        self._vec = RayVectorEnv.from_env_fns(
+            env_fns,
+            envs_per_actor=envs_per_worker,
+            actor_options=actor_options,
+            timeout=timeout,
+            autoreset_mode=self.autoreset_mode,
+        )
+        try:
+            self._describe_envs()
+        except BaseException:
+            self._vec.close()
+            raise
+        self._bounds = [(s.start, s.stop) for s in self._vec.env_slices]
+        self._worker_obs: list[Any] = [None] * len(self._bounds)
+        self._finished = np.zeros(self.num_envs, dtype=np.bool_)
+        self._initial_seed = seed
+        if seed is not None:
+            self.action_space.seed(int(seed))
+
+    def _describe_envs(self) -> None:
+        descriptions = self._vec._call_actors("describe", [()] * len(self._vec.remote_envs))
+        first = descriptions[0]
+        for envs, description in zip(self._vec.env_slices, descriptions, strict=True):
+            for space in ("observation_space", "action_space"):
+                if description[space] != first[space]:
+                    raise ValueError(
+                        f"env {envs.start} has {space} {description[space]} but env 0 has "
+                        f"{first[space]}; every env of a vector env needs the same spaces."
+                    )
+        self.num_envs = self._vec.num_envs
+        self.single_observation_space = first["observation_space"]
+        self.single_action_space = first["action_space"]
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {**first["metadata"], "autoreset_mode": self.autoreset_mode}
+        self.render_mode = first["render_mode"]
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset all envs, or those with a True entry in ``options["reset_mask"]``.
+
+        Args:
+            seed: None, an int (env ``i`` gets ``seed + i``) or one seed per env.
+            options: Passed to each env's reset; ``"reset_mask"`` (a bool array of shape
+                ``(num_envs,)``) picks the envs to reset.
+
+        Returns:
+            The batched observations and the batched info dict.
+        """
+        seeds = self._seeds(seed)
+        options = dict(options) if options is not None else None
+        mask = None
+        if options is not None and "reset_mask" in options:
+            mask = self._check_reset_mask(options.pop("reset_mask"))
+        args: list[tuple[Any, ...] | None] = []
+        for g, (start, stop) in enumerate(self._bounds):
+            worker_mask = None if mask is None else mask[start:stop].tolist()
+            if worker_mask is not None and not any(worker_mask):
+                args.append(None)
+                if self._worker_obs[g] is None:
+                    raise ValueError(
+                        f"envs {start}..{stop - 1} were never reset; reset them all first "
+                        "(call `reset()` without `reset_mask`)."
+                    )
+            else:
+                args.append((seeds[start:stop], options, worker_mask))
+        results = self._vec._call_actors("reset_batch", args)
+        infos: dict[str, Any] = {}
+        for g, result in enumerate(results):
+            if result is None:
+                continue
+            self._worker_obs[g], worker_infos = result
+            infos = self._add_infos(infos, g, worker_infos)
+        self._finished[mask if mask is not None else slice(None)] = False
+        return join_batches(self.single_observation_space, self._worker_obs), infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with its action from the batched `actions`.
+
+        Returns:
+            Batched observations, rewards (float64), terminations, truncations and infos.
+        """
+        if self.autoreset_mode == AutoresetMode.DISABLED and self._finished.any():
+            raise ValueError(
+                f"env(s) {np.flatnonzero(self._finished).tolist()} finished their episode and "
+                "`autoreset_mode` is DISABLED; reset them first with "
+                "`reset(options={'reset_mask': mask})`."
+            )
+        chunks = split_batch(self.single_action_space, actions, self._bounds)
+        results = self._vec._call_actors("step_batch", [(chunk,) for chunk in chunks])
+        infos: dict[str, Any] = {}
+        for g, result in enumerate(results):
+            self._worker_obs[g] = result[0]
+            infos = self._add_infos(infos, g, result[4])
+        rewards = np.concatenate([r[1] for r in results])
+        terminations = np.concatenate([r[2] for r in results])
+        truncations = np.concatenate([r[3] for r in results])
+        self._finished = np.logical_or(terminations, truncations)
+        observations = join_batches(self.single_observation_space, self._worker_obs)
+        return observations, rewards, terminations, truncations, infos
+
+    def render(self) -> tuple[Any, ...]:
+        """Return the frame of each env (its ``render()``)."""
+        return self._vec.call("render")
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method `name` of every env (or read a non-callable attribute); one per env."""
+        return self._vec.call(name, *args, **kwargs)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Return attribute `name` of every env."""
+        return self._vec.get_attr(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set attribute `name` of every env: a list or tuple gives one value per env."""
+        self._vec.set_attr(name, values)
+
+    @property  # gymnasium's SyncVectorEnv gives one per env as well
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """The seed of each env's random generator."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Each env's random generator (copies: changing one does not change the env's)."""
+        return self.get_attr("np_random")
+
+    @property
+    def remote_envs(self) -> tuple[Any, ...]:
+        """The worker actors."""
+        return self._vec.remote_envs
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every env and kill the worker actors."""
+        self._vec.close()
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        if seed is None and self._initial_seed is not None:
+            seed, self._initial_seed = self._initial_seed, None
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+            return [int(seed) + i for i in range(self.num_envs)]
+        if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
+            if len(seed) != self.num_envs:
+                raise ValueError(
+                    f"`seed` has {len(seed)} entries but there are {self.num_envs} envs; pass "
+                    "one seed per env, or one int."
+                )
+            return list(seed)
+        raise TypeError(f"`seed` must be None, an int or one seed per env, got {seed!r}.")
+
+    def _check_reset_mask(self, mask: Any) -> np.ndarray:
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+            raise TypeError(
+                f"`options['reset_mask']` must be a numpy bool array, got {mask!r}; "
+                "e.g. `np.array([True, False, ...])`."
+            )
+        if mask.shape != (self.num_envs,):
+            raise ValueError(
+                f"`options['reset_mask']` must have shape ({self.num_envs},), got {mask.shape}."
+            )
+        if not mask.any():
+            raise ValueError("`options['reset_mask']` must have at least one True entry.")
+        return mask
+
+    def _add_infos(
+        self, infos: dict[str, Any], worker: int, worker_infos: list[list[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        start = self._bounds[worker][0]
+        for k, parts in enumerate(worker_infos):
+            for part in parts:
+                infos = self._add_info(infos, part, start + k)
+        return infos
+
+
+def make_vector_env(
+    make_env: Callable[[int], gym.Env[Any, Any]],
+    num_workers: int,
+    envs_per_worker: int,
+    *,
+    seed: int | None = None,
+    autoreset_mode: str | AutoresetMode = "next_step",
+    actor_options: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+) -> GymnasiumVectorEnv:
+    """Make ``num_workers * envs_per_worker`` envs in Ray workers, as one gymnasium vector env.
+
+    Args:
+        make_env: Called as ``make_env(index)`` inside a worker, with the env's global index
+            ``0..num_envs-1``; returns a gymnasium env. Must be picklable.
+        num_workers: How many worker actors (Ray processes).
+        envs_per_worker: How many envs each worker steps per call.
+        seed: If given, env ``i`` is seeded ``seed + i`` at the first `reset` (no two envs
+            share a seed).
+        autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
+        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        timeout: Seconds to wait for any one call, or None.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> def make_env(index):
+        ...     return gym.make("CartPole-v1")
+        >>> envs = make_vector_env(make_env, num_workers=2, envs_per_worker=3, seed=0)
+        >>> obs, infos = envs.reset()
+        >>> obs.shape, envs.num_envs
+        ((6, 4), 6)
+        >>> envs.close()
+    """
+    if not callable(make_env):
+        raise TypeError(
+            f"`make_env` must be a callable taking the env index, got {make_env!r}; e.g. "
+            "`make_vector_env(lambda i: gymnasium.make('CartPole-v1'), 2, 8)`."
+        )
+    for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"`{name}` must be a positive int, got {value!r}.")
+        if value < 1:
+            raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
+    return GymnasiumVectorEnv(
+        env_fns,
+        envs_per_worker=envs_per_worker,
+        autoreset_mode=autoreset_mode,
+        actor_options=actor_options,
+        timeout=timeout,
+        seed=seed,
+    )
+
+
+def vector_entry_point(
+    num_envs: int,
+    *,
+    env_id: str,
+    envs_per_worker: int | None = None,
+    num_workers: int | None = None,
+    autoreset_mode: str | AutoresetMode = "next_step",
+    actor_options: Mapping[str, Any] | None = None,
+    **env_kwargs: Any,
+) -> GymnasiumVectorEnv:
+    """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
+
+    Register an id with it and `gymnasium.make_vec` returns a `GymnasiumVectorEnv`::
+
+        gymnasium.register(
+            "RayCartPole-v1",
+            vector_entry_point="ray_multiprocess_env:vector_entry_point",
+            kwargs={"env_id": "CartPole-v1", "envs_per_worker": 4},
+        )
+        envs = gymnasium.make_vec("RayCartPole-v1", num_envs=8,
+                                  vectorization_mode="vector_entry_point")
+
+    Args:
+        num_envs: The number of envs (given by `gymnasium.make_vec`).
+        env_id: The id of the single env, made with ``gymnasium.make(env_id, **env_kwargs)``.
+        envs_per_worker: Envs per worker actor; by default ``num_envs / num_workers``.
+        num_workers: Worker actors, used when `envs_per_worker` is not given (default 2).
+        autoreset_mode: As for `GymnasiumVectorEnv`.
+        actor_options: As for `GymnasiumVectorEnv`.
+        **env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
+    """
+    if envs_per_worker is None:
+        envs_per_worker = max(1, math.ceil(num_envs / (num_workers or 2)))
+    env_fn = functools.partial(gym.make, env_id, **env_kwargs)
+    return GymnasiumVectorEnv(
+        [env_fn] * num_envs,
+        envs_per_worker=envs_per_worker,
+        autoreset_mode=autoreset_mode,
+        actor_options=actor_options,
+    )

@@ -1,0 +1,226 @@
+"""GymnasiumVectorEnv against gymnasium's SyncVectorEnv, step by step, in every autoreset mode."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from ray_multiprocess_env import (
+    GymnasiumVectorEnv,
+    RemoteEnvError,
+    make_vector_env,
+)
+from tests.envs import DictObsEnv, FlakyEnv
+
+NUM_ENVS = 5  # workers of 2, 2 and 1 envs
+ENV_FNS = {
+    "CartPole": functools.partial(gym.make, "CartPole-v1"),
+    "Pendulum": functools.partial(gym.make, "Pendulum-v1", max_episode_steps=15),
+    "DictObs": DictObsEnv,
+}
+
+
+def assert_same(ours, theirs, path="value"):
+    """Recursively compare batched values: dicts, tuples, arrays (object arrays included)."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), path
+        assert set(ours) == set(theirs), f"{path}: keys {set(ours)} != {set(theirs)}"
+        for key in theirs:
+            assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
+    elif isinstance(theirs, tuple):
+        assert isinstance(ours, tuple), path
+        assert len(ours) == len(theirs), path
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(theirs, np.ndarray) and theirs.dtype == object:
+        assert isinstance(ours, np.ndarray), path
+        assert ours.dtype == object, path
+        assert ours.shape == theirs.shape, path
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(theirs, np.ndarray):
+        assert isinstance(ours, np.ndarray), f"{path}: {type(ours)}"
+        assert ours.dtype == theirs.dtype, f"{path}: {ours.dtype} != {theirs.dtype}"
+        np.testing.assert_array_equal(ours, theirs, err_msg=path)
+    else:
+        assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
+
+
+def _rollout(envs, mode, steps, seed):
+    """Reset with `seed`, then step with seeded random actions; yields every output."""
+    actions_space = envs.action_space
+    actions_space.seed(seed)
+    yield envs.reset(seed=seed)
+    for _ in range(steps):
+        out = envs.step(actions_space.sample())
+        yield out
+        finished = np.logical_or(out[2], out[3])
+        if mode == AutoresetMode.DISABLED and finished.any():
+            yield envs.reset(options={"reset_mask": finished})
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+@pytest.mark.parametrize("env_name", list(ENV_FNS))
+def test_matches_sync_vector_env(env_name, mode):
+    """Observations, rewards, terminations, truncations and infos equal SyncVectorEnv's."""
+    env_fns = [ENV_FNS[env_name]] * NUM_ENVS
+    ours = GymnasiumVectorEnv(env_fns, envs_per_worker=2, autoreset_mode=mode)
+    theirs = SyncVectorEnv(env_fns, autoreset_mode=mode)
+    assert ours.single_observation_space == theirs.single_observation_space
+    assert ours.observation_space == theirs.observation_space
+    assert ours.action_space == theirs.action_space
+    assert ours.metadata["autoreset_mode"] == theirs.metadata["autoreset_mode"] == mode
+    episodes = 0
+    for step, (a, b) in enumerate(
+        zip(_rollout(ours, mode, 60, 7), _rollout(theirs, mode, 60, 7), strict=True)
+    ):
+        assert_same(a, b, f"output {step}")
+        if len(b) == 5:
+            episodes += int(np.logical_or(b[2], b[3]).sum())
+    assert episodes >= NUM_ENVS  # several episodes ended, so autoreset was exercised
+    ours.close()
+    theirs.close()
+
+
+def test_vector_wrappers_run_on_top():
+    """Gymnasium's vector wrappers give the same results on ours as on SyncVectorEnv."""
+    wrappers = [
+        gym.wrappers.vector.RecordEpisodeStatistics,
+        gym.wrappers.vector.NormalizeObservation,
+        gym.wrappers.vector.DictInfoToList,
+    ]
+    env_fns = [ENV_FNS["CartPole"]] * 4
+    ours, theirs = GymnasiumVectorEnv(env_fns, envs_per_worker=2), SyncVectorEnv(env_fns)
+    episodes = 0
+    for wrapper in wrappers:
+        ours, theirs = wrapper(ours), wrapper(theirs)
+    for step, (a, b) in enumerate(
+        zip(_rollout(ours, None, 80, 3), _rollout(theirs, None, 80, 3), strict=True)
+    ):
+        np.testing.assert_allclose(a[0], b[0], err_msg=f"obs {step}")
+        assert [set(info) for info in a[-1]] == [set(info) for info in b[-1]], f"infos {step}"
+        for ours_info, their_info in zip(a[-1], b[-1], strict=True):
+            if "episode" in their_info:  # its "t" is wall time, which differs
+                episodes += 1
+                for key in ("r", "l"):
+                    assert ours_info["episode"][key] == their_info["episode"][key]
+    assert episodes >= 4
+    ours.close()
+    theirs.close()
+
+
+def _make_indexed(index):
+    env = FlakyEnv()
+    env.index = index
+    return env
+
+
+def test_make_vector_env_passes_indices_and_seeds_each_env():
+    """make_env gets the global index; env i is seeded seed + i, so no two envs share a seed."""
+    envs = make_vector_env(_make_indexed, num_workers=2, envs_per_worker=3, seed=10)
+    assert envs.num_envs == 6
+    assert envs.get_attr("index") == (0, 1, 2, 3, 4, 5)
+    obs, _ = envs.reset()
+    assert envs.np_random_seed == tuple(range(10, 16))
+    expected, _ = SyncVectorEnv([FlakyEnv] * 6).reset(seed=10)
+    np.testing.assert_array_equal(obs, expected)
+    assert len({o.item() for o in obs}) > 1
+    envs.close()
+    assert envs.closed
+
+
+def test_make_vec_through_the_vector_entry_point():
+    """gymnasium.make_vec with vectorization_mode='vector_entry_point' returns our vector env."""
+    gym.register(
+        "RayTestCartPole-v1",
+        vector_entry_point="ray_multiprocess_env:vector_entry_point",
+        kwargs={"env_id": "CartPole-v1", "envs_per_worker": 2},
+    )
+    envs = gym.make_vec("RayTestCartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    assert isinstance(envs, GymnasiumVectorEnv)
+    assert len(envs.remote_envs) == 2
+    obs, _ = envs.reset(seed=1)
+    expected, _ = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="sync").reset(seed=1)
+    np.testing.assert_array_equal(obs, expected)
+    envs.close()
+
+
+def test_call_get_attr_set_attr_and_render():
+    """call, get_attr, set_attr and render reach every env."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=2)
+    envs.reset(seed=0)
+    envs.set_attr("delay", [0.0, 0.001, 0.0])
+    assert envs.get_attr("delay") == (0.0, 0.001, 0.0)
+    envs.step(np.array([1, 2, 0]))
+    assert envs.call("count") == tuple(c for c in envs.get_attr("count"))
+    frames = envs.render()
+    assert [f.shape for f in frames] == [(8, 8, 3)] * 3
+    envs.close()
+
+
+def test_env_error_names_the_global_env_index():
+    """An env raising inside a worker names its global index; the others step on."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
+    envs.reset()
+    with pytest.raises(RemoteEnvError, match=r"env 3 failed in `step_batch`: ValueError") as info:
+        envs.step(np.array([1, 1, 1, -1]))
+    assert info.value.env_indices == (3,)
+    assert "negative action -1" in info.value.remote_traceback
+    assert envs.get_attr("count")[:3] == (1, 1, 1)
+    envs.close()
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "match"),
+    [
+        ([True, False], TypeError, r"must be a numpy bool array"),
+        (np.array([1, 0]), TypeError, r"must be a numpy bool array"),
+        (np.array([True]), ValueError, r"must have shape \(2,\)"),
+        (np.array([False, False]), ValueError, r"at least one True"),
+    ],
+)
+def test_bad_reset_mask(mask, error, match):
+    """A bad reset_mask names the option and the fix."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=2)
+    envs.reset()
+    with pytest.raises(error, match=match):
+        envs.reset(options={"reset_mask": mask})
+    envs.close()
+
+
+def test_disabled_autoreset_refuses_to_step_a_finished_env():
+    """With autoreset disabled, stepping a finished env asks for a reset_mask reset."""
+    envs = GymnasiumVectorEnv(
+        [functools.partial(gym.make, "CartPole-v1", max_episode_steps=2)] * 2,
+        autoreset_mode="disabled",
+    )
+    envs.reset(seed=0)
+    envs.step(np.array([0, 0]))
+    _, _, _, truncated, _ = envs.step(np.array([0, 0]))
+    assert truncated.all()
+    with pytest.raises(ValueError, match=r"env\(s\) \[0, 1\] finished their episode"):
+        envs.step(np.array([0, 0]))
+    envs.reset(options={"reset_mask": np.array([True, True])})
+    envs.step(np.array([0, 0]))
+    envs.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"make_env": 3}, TypeError, r"`make_env` must be a callable"),
+        ({"num_workers": 0}, ValueError, r"`num_workers` must be a positive int, got 0"),
+        ({"envs_per_worker": 1.5}, TypeError, r"`envs_per_worker` must be a positive int"),
+        ({"autoreset_mode": "sometimes"}, ValueError, r"`autoreset_mode` must be one of"),
+        ({"seed": "1"}, TypeError, r"`seed` must be an int or None"),
+    ],
+)
+def test_make_vector_env_bad_arguments(kwargs, error, match):
+    """Bad arguments to make_vector_env name the argument and the fix."""
+    arguments = {"make_env": _make_indexed, "num_workers": 1, "envs_per_worker": 1, **kwargs}
+    with pytest.raises(error, match=match):
+        make_vector_env(**arguments)
