@@ -31,13 +31,81 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=500, help="vector steps to run (500)")
     demo.add_argument("--seed", type=int, default=0, help="env i gets seed SEED+i (0)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    bench = commands.add_parser(
+        "bench",
+        help="measure env steps/s of a few worker settings for one env and recommend one",
+        description=(
+            "Measure GymnasiumVectorEnv throughput (random actions) for ENV, for each setting "
+            "of workers x envs per worker, print a table and the recommended setting. ENV is a "
+            "gymnasium id (CartPole-v1) or 'package.module:factory' naming a function with no "
+            "arguments that returns an env."
+        ),
+    )
+    bench.add_argument("env", metavar="ENV", help="gymnasium id or package.module:factory")
+    bench.add_argument(
+        "--workers", type=_int_list, default=None, help="worker counts, e.g. 1,2 (1 and #CPUs)"
+    )
+    bench.add_argument(
+        "--envs-per-worker", type=_int_list, default=[1, 8, 32], help="e.g. 1,8,32 (1,8,32)"
+    )
+    bench.add_argument("--seconds", type=float, default=2.0, help="time per setting (2.0)")
+    bench.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive ints, got {text!r}")
+    return values
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "bench":
+        return _bench(args)
+    return _demo(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import ray
+
+    from ray_multiprocess_env.bench import default_settings, env_factory, format_table, sweep
+    from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime
+
+    try:
+        env_fn = env_factory(args.env)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    ensure_runtime()
+    try:
+        resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        cpus = int(resources.get("CPU", 1))
+        workers = args.workers or sorted({1, cpus})
+        settings = [(w, k) for w in workers for k in args.envs_per_worker]
+        if args.workers is None and args.envs_per_worker == [1, 8, 32]:
+            settings = default_settings(cpus)
+        results = sweep(env_fn, settings, seconds=args.seconds, progress=not args.no_progress)
+    finally:
+        shutdown_runtime()
+    print(f"env: {args.env}, {cpus} CPUs in the Ray cluster, {args.seconds} s per setting")
+    print(format_table(results))
+    best = max(results, key=lambda r: r.steps_per_second)
+    print(
+        f"recommended: make_vector_env(make_env, num_workers={best.num_workers}, "
+        f"envs_per_worker={best.envs_per_worker})"
+    )
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
     from ray_multiprocess_env.demo import run_demo
 
     try:

@@ -122,14 +122,15 @@ class EnvWorker:
         seeds: Sequence[int | None],
         options: dict[str, Any] | None,
         mask: Sequence[bool] | None,
-    ) -> tuple[Any, list[list[dict[str, Any]]]]:
+    ) -> tuple[Any, dict[int, list[dict[str, Any]]]]:
         """Reset the envs (those with a True `mask` entry only, if given), like gymnasium.
 
         Returns:
-            The stacked observations of all K envs (unreset envs keep their last one) and, per
-            env, the info dicts to add to the vector info in order.
+            The stacked observations of all K envs (unreset envs keep their last one) and, for
+            each env (by position in this worker) with a non-empty info, the info dicts to add
+            to the vector info in order.
         """
-        infos: list[list[dict[str, Any]]] = [[] for _ in self.envs]
+        infos: dict[int, list[dict[str, Any]]] = {}
         failures = []
         for k, env in enumerate(self.envs):
             if mask is not None and not mask[k]:
@@ -140,17 +141,23 @@ class EnvWorker:
             except Exception as err:
                 failures.append(self._failure(k, err))
                 continue
-            infos[k] = [info] if info else []
+            if info:
+                infos[k] = [info]
         if failures:
             raise _EnvFailures("reset", failures)
         return self._stacked_obs(), infos
 
     def step_batch(
         self, actions: Any
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[list[dict[str, Any]]]]:
-        """Step the K envs with gymnasium's autoreset semantics for `autoreset_mode`."""
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]:
+        """Step the K envs with gymnasium's autoreset semantics for `autoreset_mode`.
+
+        Returns:
+            Stacked observations, rewards, terminations, truncations, and the info dicts of
+            the envs that have any (as `reset_batch`).
+        """
         single_actions = unstack(self._action_batch_space, actions)
-        infos: list[list[dict[str, Any]]] = [[] for _ in self.envs]
+        infos: dict[int, list[dict[str, Any]]] = {}
         failures = []
         mode = self.autoreset_mode
         for k, (env, action) in enumerate(zip(self.envs, single_actions, strict=True)):
@@ -170,13 +177,13 @@ class EnvWorker:
                     if mode == AutoresetMode.SAME_STEP and (
                         self._terminations[k] or self._truncations[k]
                     ):
-                        infos[k].append({"final_obs": self._obs[k], "final_info": info})
+                        infos[k] = [{"final_obs": self._obs[k], "final_info": info}]
                         self._obs[k], info = env.reset()
             except Exception as err:
                 failures.append(self._failure(k, err))
                 continue
             if info:
-                infos[k].append(info)
+                infos.setdefault(k, []).append(info)
         if failures:
             raise _EnvFailures("step", failures)
         self._autoreset = np.logical_or(self._terminations, self._truncations)
@@ -235,10 +242,14 @@ def start_workers(
         except Exception as err:
             for group in groups:
                 ray.kill(group.actor)
+            lines = str(err).splitlines() or [""]
+            reason = next((line for line in lines if "cannot pickle" in line), lines[0])
+            reason = reason.replace("\x1b[31m", "").replace("\x1b[39m", "").strip()
             raise TypeError(
                 f"the env factories of envs {start}..{stop - 1} could not be sent to a Ray "
-                f"worker: {err}. Env factories must be picklable: use a module-level function "
-                "or `functools.partial`, with no open files, locks or sockets in closures."
+                f"worker ({reason}). Env factories must be picklable: use a module-level "
+                "function or `functools.partial`, with no open files, locks or sockets in "
+                "closures. Ray's diagnosis is in this error's `__cause__`."
             ) from err
         groups.append(ActorGroup(actor, start, stop, batched=True))
     return groups

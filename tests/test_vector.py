@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -12,6 +14,7 @@ from ray.exceptions import RayActorError
 
 from ray_multiprocess_env import (
     ClosedEnvError,
+    EnvCrashedError,
     GymAPIBridge,
     RayVectorEnv,
     RemoteEnvError,
@@ -40,6 +43,18 @@ def _flaky_vec(num_envs, layout, vec_class=RayVectorEnv, **kwargs):
     if layout == "actor-per-env":
         return vec_class([RemoteFlaky.remote() for _ in range(num_envs)], **kwargs)
     return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_actor=2, **kwargs)
+
+
+def assert_killed(actor, within=30.0):
+    """Wait (bounded) until `actor` is dead; `ray.kill` takes effect asynchronously."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=within)
+        except RayActorError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"actor {actor} is still alive {within} s after close()")
 
 
 def _sample_actions(envs, seed):
@@ -295,8 +310,7 @@ def test_close_is_idempotent_and_later_calls_fail():
     for call in (lambda: vec.step([0, 0]), vec.reset, vec.seed, lambda: vec.call("render")):
         with pytest.raises(ClosedEnvError, match="called on a closed RayVectorEnv"):
             call()
-    with pytest.raises(RayActorError):
-        ray.get(actors[0].reset.remote(), timeout=30)
+    assert_killed(actors[0])
 
 
 def test_close_can_keep_actors():
@@ -356,8 +370,7 @@ def test_timeout_names_the_slow_env(caplog, layout):
     vec.close()
     assert "Killing the actors after a failed `close`" in caplog.text
     assert f"`close` timed out after 1.0 s: env(s) {late}" in caplog.text
-    with pytest.raises(RayActorError):
-        ray.get(actors[-1].__ray_ready__.remote(), timeout=30)
+    assert_killed(actors[-1])
 
 
 def test_close_without_killing_raises_a_failed_close():
@@ -372,3 +385,58 @@ def test_close_without_killing_raises_a_failed_close():
         vec.close()
     assert vec.closed
     ray.kill(actors[0])
+
+
+@pytest.mark.parametrize(
+    ("env_fns", "kwargs", "error", "match"),
+    [
+        ([], {}, ValueError, r"`env_fns` is empty"),
+        ("CartPole-v1", {}, TypeError, r"`env_fns` must be a list of env factories"),
+        ([FlakyEnv, 3], {}, TypeError, r"`env_fns\[1\]` must be a callable"),
+        ([FlakyEnv], {"envs_per_actor": 0}, ValueError, r"`envs_per_actor` must be a positive"),
+        ([FlakyEnv], {"envs_per_actor": 2.0}, TypeError, r"`envs_per_actor` must be a positive"),
+        ([FlakyEnv], {"actor_options": 1}, TypeError, r"`actor_options` must be a mapping"),
+    ],
+)
+def test_from_env_fns_bad_arguments(env_fns, kwargs, error, match):
+    """Bad arguments to from_env_fns name the argument and the fix."""
+    with pytest.raises(error, match=match):
+        RayVectorEnv.from_env_fns(env_fns, **kwargs)
+
+
+def test_from_env_fns_names_a_factory_that_cannot_be_pickled():
+    """A factory that cannot be pickled is named by its env indices, with the fix."""
+    lock = threading.Lock()
+
+    def make_env():
+        with lock:
+            return FlakyEnv()
+
+    with pytest.raises(
+        TypeError, match=r"envs 0\.\.1 could not be sent .*cannot pickle '_thread.lock'.* picklable"
+    ):
+        RayVectorEnv.from_env_fns([make_env] * 3, envs_per_actor=2)
+
+
+def test_from_env_fns_factory_error_names_the_env():
+    """A factory that raises inside its worker is reported with its env index."""
+
+    def broken():
+        raise OSError("no display")
+
+    vec = RayVectorEnv.from_env_fns([FlakyEnv, FlakyEnv, broken], envs_per_actor=2)
+    with pytest.raises(EnvCrashedError, match=r"env 2: its factory raised OSError: no display"):
+        vec.reset()
+    vec.close()
+
+
+def test_workers_split_envs_and_report_their_slices():
+    """Workers hold envs_per_actor envs each (the last fewer) and get/set attrs per env."""
+    with RayVectorEnv.from_env_fns([FlakyEnv] * 5, envs_per_actor=2) as vec:
+        assert vec.env_slices == (slice(0, 2), slice(2, 4), slice(4, 5))
+        assert len(vec.remote_envs) == 3
+        vec.reset()
+        vec.set_attr("count", [0, 1, 2, 3, 4])
+        assert vec.get_attr("count") == (0, 1, 2, 3, 4)
+        assert vec.call("count") == (0, 1, 2, 3, 4)
+        assert vec.action_space == gym.spaces.Discrete(3)

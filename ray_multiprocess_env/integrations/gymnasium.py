@@ -238,10 +238,10 @@ class GymnasiumVectorEnv(VectorEnv):
         return mask
 
     def _add_infos(
-        self, infos: dict[str, Any], worker: int, worker_infos: list[list[dict[str, Any]]]
+        self, infos: dict[str, Any], worker: int, worker_infos: dict[int, list[dict[str, Any]]]
     ) -> dict[str, Any]:
         start = self._bounds[worker][0]
-        for k, parts in enumerate(worker_infos):
+        for k, parts in sorted(worker_infos.items()):
             for part in parts:
                 infos = self._add_info(infos, part, start + k)
         return infos

@@ -1,0 +1,1 @@
+"""Throughput benchmarks, run by hand (see docs/benchmarks.md)."""

@@ -1,0 +1,83 @@
+"""The ``bench`` command and its helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ray_multiprocess_env.bench import (
+    BenchResult,
+    env_factory,
+    format_table,
+    measure_steps_per_second,
+    sweep,
+)
+
+
+def test_measure_counts_env_steps_per_second():
+    """The timing loop calls step at least min_steps times and scales by num_envs."""
+    calls = []
+    rate = measure_steps_per_second(calls.append, 4, seconds=0.01, warmup_steps=2, min_steps=5)
+    assert calls[:2] == [0, 1]
+    assert len(calls) >= 7
+    assert rate > 0
+
+
+def test_env_factory_accepts_ids_and_module_factories():
+    """A gymnasium id and 'module:factory' both give a working factory; junk is a ValueError."""
+    assert env_factory("CartPole-v1")().spec.id == "CartPole-v1"
+    assert type(env_factory("tests.envs:FlakyEnv")()).__name__ == "FlakyEnv"
+    with pytest.raises(ValueError, match="neither a registered gymnasium id"):
+        env_factory("NoSuchEnv-v9")
+    with pytest.raises(ValueError, match="cannot import `no_such_module`"):
+        env_factory("no_such_module:make")
+
+
+def test_sweep_and_table_mark_the_best_setting():
+    """A sweep measures each setting; the table marks the fastest as recommended."""
+    results = sweep(env_factory("CartPole-v1"), [(1, 1), (1, 4)], seconds=0.05, progress=False)
+    assert [(r.num_workers, r.envs_per_worker) for r in results] == [(1, 1), (1, 4)]
+    table = format_table([BenchResult(1, 1, 10.0), BenchResult(2, 8, 20.0)])
+    assert table.splitlines()[-1].endswith("<- recommended")
+
+
+def test_bench_command_prints_a_recommendation(ray_address):
+    """``python -m ray_multiprocess_env bench`` prints a table and the recommended setting."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ray_multiprocess_env",
+            "bench",
+            "CartPole-v1",
+            "--workers",
+            "1",
+            "--envs-per-worker",
+            "1,4",
+            "--seconds",
+            "0.2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RAY_ADDRESS": ray_address},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "recommended: make_vector_env(make_env, num_workers=1, envs_per_worker=" in result.stdout
+    assert result.stdout.count("\n") >= 4
+
+
+def test_bench_command_rejects_an_unknown_env():
+    """An unknown env exits with status 2 and says why."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ray_multiprocess_env", "bench", "NoSuchEnv-v9"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "neither a registered gymnasium id" in result.stderr
