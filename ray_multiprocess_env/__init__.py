@@ -1,14 +1,18 @@
 """Run gym/gymnasium environments as Ray actors and step many of them as one vector env.
 
 Importing this package has no side effects: Ray is started (or joined) only when the first actor
-is created, and pfrl/torch are never imported here.
+is created, and pfrl, stable-baselines3 and torch are never imported here (`SB3VecEnv` and
+`make_sb3_vec_env` import stable-baselines3 when first used).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ray_multiprocess_env.errors import ClosedEnvError, EnvCrashedError, RemoteEnvError
 from ray_multiprocess_env.integrations.gymnasium import (
     GymnasiumVectorEnv,
+    RemoteEnv,
     make_vector_env,
     vector_entry_point,
 )
@@ -24,9 +28,12 @@ __all__ = [
     "GymAPIBridge",
     "GymnasiumVectorEnv",
     "RayVectorEnv",
+    "RemoteEnv",
     "RemoteEnvError",
+    "SB3VecEnv",
     "ensure_runtime",
     "make_remote_class",
+    "make_sb3_vec_env",
     "make_vector_env",
     "shutdown_runtime",
     "started_runtime",
@@ -35,3 +42,12 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Import the stable-baselines3 adapter (and so torch) only when it is asked for."""
+    if name in ("SB3VecEnv", "make_sb3_vec_env"):
+        from ray_multiprocess_env.integrations import sb3
+
+        return getattr(sb3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

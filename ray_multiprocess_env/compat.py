@@ -12,7 +12,7 @@ from typing import Any
 
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["as_autoreset_mode", "env_call", "env_get_attr", "env_set_attr"]
+__all__ = ["as_autoreset_mode", "env_call", "env_get_attr", "env_is_wrapped", "env_set_attr"]
 
 
 def as_autoreset_mode(value: Any) -> AutoresetMode:
@@ -58,3 +58,12 @@ def env_call(env: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """
     value = env_get_attr(env, name)
     return value(*args, **kwargs) if callable(value) else value
+
+
+def env_is_wrapped(env: Any, wrapper_class: type) -> bool:
+    """Whether `env` or any env inside it (following ``.env``) is a `wrapper_class`."""
+    while env is not None:
+        if isinstance(env, wrapper_class):
+            return True
+        env = getattr(env, "env", None) if hasattr(env, "env") else None
+    return False

@@ -18,8 +18,7 @@ from ray.actor import ActorHandle
 from ray_multiprocess_env.errors import ClosedEnvError, RemoteEnvError
 from ray_multiprocess_env.fanout import ActorGroup, Call, FanOut
 from ray_multiprocess_env.integrations.pfrl import register_pfrl_vector_env
-from ray_multiprocess_env.remote import REMOTE_ENV_METHODS
-from ray_multiprocess_env.workers import start_workers
+from ray_multiprocess_env.workers import WORKER_ENV_METHODS, start_workers
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -68,7 +67,7 @@ class RayVectorEnv:
             and kills the actors (pass ``kill_on_close=False`` to keep them alive).
         timeout: Seconds to wait for any one call on all envs; None waits until every env
             answers (a dead actor is still detected). On expiry a `TimeoutError` names the
-            envs that did not answer.
+            envs that did not answer. The first call also waits for the actors to start.
         kill_on_close: Whether `close` kills the actors after closing their envs.
 
     Example:
@@ -318,7 +317,7 @@ class RayVectorEnv:
         return tuple(self.call_each(name, [args] * self.num_envs, **kwargs))
 
     def call_each(
-        self, name: str, args_per_env: Sequence[Sequence[Any]], **kwargs: Any
+        self, name: str, args_per_env: Sequence[Sequence[Any] | None], **kwargs: Any
     ) -> list[Any]:
         """Call method `name` on every env with its own positional arguments.
 
@@ -327,27 +326,38 @@ class RayVectorEnv:
 
         Args:
             name: Method name.
-            args_per_env: One tuple of positional arguments per env.
-            **kwargs: Keyword arguments given to every env.
+            args_per_env: One tuple of positional arguments per env; None skips that env.
+            **kwargs: Keyword arguments given to every env called.
 
         Returns:
-            One result per env, in env order.
+            One result per env, in env order (None for a skipped env).
         """
         self._check_open(name)
-        self._check_length("args_per_env", args_per_env, "one argument tuple per env")
+        self._check_length("args_per_env", args_per_env, "one argument tuple (or None) per env")
         calls = []
         for g, group in enumerate(self._groups):
-            if group.batched and name in REMOTE_ENV_METHODS:  # as the actors' own methods
-                env_args = [tuple(args_per_env[i]) for i in range(group.start, group.stop)]
-                calls.append(self._fanout.apply_call(g, name, env_args, kwargs))
-            elif group.batched:
-                env_args = [(name, *args_per_env[i]) for i in range(group.start, group.stop)]
-                calls.append(self._fanout.apply_call(g, "call", env_args, kwargs))
-            elif hasattr(group.actor, name):
-                calls.append(Call(g, name, tuple(args_per_env[group.start]), kwargs))
+            envs = range(group.start, group.stop)
+            if all(args_per_env[i] is None for i in envs):
+                continue
+            if group.batched:
+                builtin = name in WORKER_ENV_METHODS  # call/get_attr/set_attr/is_wrapped
+                env_args: list[tuple[Any, ...] | None] = []
+                for i in envs:
+                    args_i = args_per_env[i]
+                    if args_i is None:
+                        env_args.append(None)
+                    else:
+                        env_args.append(tuple(args_i) if builtin else (name, *args_i))
+                calls.append(
+                    self._fanout.apply_call(g, name if builtin else "call", env_args, kwargs)
+                )
+                continue
+            args = tuple(args_per_env[group.start] or ())
+            if hasattr(group.actor, name):
+                calls.append(Call(g, name, args, kwargs))
             else:
                 self._require_method(group, "call", f"a method `{name}`")
-                calls.append(Call(g, "call", (name, *args_per_env[group.start]), kwargs))
+                calls.append(Call(g, "call", (name, *args), kwargs))
         return self._fanout.per_env_results(calls, self._fanout.run(name, calls))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:

@@ -19,19 +19,28 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env.batch import stack, unstack
-from ray_multiprocess_env.compat import as_autoreset_mode, env_call, env_get_attr, env_set_attr
+from ray_multiprocess_env.compat import (
+    as_autoreset_mode,
+    env_call,
+    env_get_attr,
+    env_is_wrapped,
+    env_set_attr,
+)
 from ray_multiprocess_env.errors import _EnvFailures
 from ray_multiprocess_env.fanout import ActorGroup
 from ray_multiprocess_env.runtime import ensure_runtime
 
-__all__ = ["EnvWorker", "start_workers"]
+__all__ = ["WORKER_ENV_METHODS", "EnvWorker", "start_workers"]
 
 #: The methods `EnvWorker.apply` maps to `compat` instead of the env's own attribute.
 _ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
     "call": env_call,
     "get_attr": env_get_attr,
     "set_attr": env_set_attr,
+    "is_wrapped": env_is_wrapped,
 }
+#: The names `EnvWorker.apply` runs as functions of the env rather than as env methods.
+WORKER_ENV_METHODS = tuple(_ATTRIBUTE_METHODS)
 
 
 class EnvWorker:
@@ -120,10 +129,12 @@ class EnvWorker:
     def reset_batch(
         self,
         seeds: Sequence[int | None],
-        options: dict[str, Any] | None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
         mask: Sequence[bool] | None,
     ) -> tuple[Any, dict[int, list[dict[str, Any]]]]:
         """Reset the envs (those with a True `mask` entry only, if given), like gymnasium.
+
+        `options` is one dict for every env, or one (dict or None) per env.
 
         Returns:
             The stacked observations of all K envs (unreset envs keep their last one) and, for
@@ -137,7 +148,10 @@ class EnvWorker:
                 continue
             self._terminations[k] = self._truncations[k] = self._autoreset[k] = False
             try:
-                self._obs[k], info = env.reset(seed=seeds[k], options=options)
+                env_options = (
+                    options if options is None or isinstance(options, dict) else options[k]
+                )
+                self._obs[k], info = env.reset(seed=seeds[k], options=env_options)
             except Exception as err:
                 failures.append(self._failure(k, err))
                 continue
@@ -224,7 +238,7 @@ def start_workers(
         ValueError: If `env_fns` is empty or `envs_per_worker` is not positive.
     """
     factories = _check_env_fns(env_fns)
-    per_worker = _check_positive_int(argument, envs_per_worker)
+    per_worker = check_positive_int(argument, envs_per_worker)
     if actor_options is not None and not isinstance(actor_options, Mapping):
         raise TypeError(
             f"`actor_options` must be a mapping of `ray.remote` options, got {actor_options!r}."
@@ -272,7 +286,8 @@ def _check_env_fns(env_fns: Any) -> list[Callable[[], Any]]:
     return factories
 
 
-def _check_positive_int(name: str, value: Any) -> int:
+def check_positive_int(name: str, value: Any) -> int:
+    """`value` as an int, or a TypeError/ValueError naming the argument `name`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"`{name}` must be a positive int, got {value!r}.")
     if value < 1:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -127,3 +127,10 @@ class DictObsEnv(gym.Env[dict, int]):
         if self.steps % 3 == 0:
             info["every_third"] = self.steps
         return self._obs(), -distance, terminated, truncated, info
+
+
+class RenderingFlakyEnv(FlakyEnv):
+    """A `FlakyEnv` that declares ``render_mode="rgb_array"``."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
+    render_mode = "rgb_array"

@@ -20,11 +20,24 @@ def _without_comments(code: str) -> str:
     return "\n".join(line.split("#", 1)[0].rstrip() for line in code.splitlines())
 
 
+def _excerpts() -> list[tuple[str, str]]:
+    """The blocks that quote a file: their first line is ``# examples/<file>``."""
+    out = []
+    for code in _blocks("README.md", "python"):
+        first, _, rest = code.partition("\n")
+        if first.startswith("# examples/"):
+            out.append((first[2:].strip(), rest))
+    return out
+
+
 def test_python_snippets_run():
-    """Every Python block of README.md runs, in order, in one namespace."""
+    """Every Python block of README.md that is not an excerpt runs, in order, in one namespace."""
     pytest.importorskip("pfrl")
     namespace: dict[str, object] = {"__name__": "readme"}
+    quoted = {code for _, code in _excerpts()}
     for code in _blocks("README.md", "python"):
+        if code.partition("\n")[2] in quoted:
+            continue
         exec(compile(code, "README.md", "exec"), namespace)
     vec = namespace["vec"]
     assert vec.num_envs == 4
@@ -38,3 +51,19 @@ def test_japanese_readme_shows_the_same_code(language):
     english = [_without_comments(c) for c in _blocks("README.md", language)]
     japanese = [_without_comments(c) for c in _blocks("README.ja.md", language)]
     assert japanese == english
+
+
+def test_excerpts_match_the_examples():
+    """Each excerpt block is, paragraph by paragraph, a verbatim part of the file it names."""
+    excerpts = _excerpts()
+    assert {name for name, _ in excerpts} == {
+        "examples/pfrl_ppo_cartpole.py",
+        "examples/sb3_ppo_cartpole.py",
+        "examples/rllib_ppo_cartpole.py",
+    }
+    for name, code in excerpts:
+        source = [line.strip() for line in (ROOT / name).read_text().splitlines()]
+        text = "\n".join(source)
+        for paragraph in re.split(r"\n\s*\n", code.strip()):
+            lines = "\n".join(line.strip() for line in paragraph.splitlines())
+            assert lines in text, f"{name}: not found:\n{paragraph}"

@@ -45,6 +45,11 @@ def _flaky_vec(num_envs, layout, vec_class=RayVectorEnv, **kwargs):
     return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_actor=2, **kwargs)
 
 
+def wait_until_ready(actors, within=120.0):
+    """Wait for the actors to start, so a short `timeout` does not count their start-up."""
+    ray.get([actor.__ray_ready__.remote() for actor in actors], timeout=within)
+
+
 def assert_killed(actor, within=30.0):
     """Wait (bounded) until `actor` is dead; `ray.kill` takes effect asynchronously."""
     deadline = time.monotonic() + within
@@ -360,6 +365,7 @@ def test_timeout_names_the_slow_env(caplog, layout):
     """
     vec = _flaky_vec(2, layout, timeout=1.0)
     actors = vec.remote_envs
+    wait_until_ready(actors)
     late = "[1]" if layout == "actor-per-env" else "[0, 1]"
     vec.reset()
     vec.set_attr("delay", [0.0, 60.0])
@@ -377,6 +383,7 @@ def test_close_without_killing_raises_a_failed_close():
     """With kill_on_close=False a hung close is raised, since the actor lives on."""
     actors = [RemoteFlaky.remote()]
     vec = RayVectorEnv(actors, timeout=1.0, kill_on_close=False)
+    wait_until_ready(actors)
     vec.reset()
     vec.set_attr("delay", [60.0])
     with pytest.raises(TimeoutError, match=r"`step` timed out"):

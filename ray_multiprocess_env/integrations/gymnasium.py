@@ -13,7 +13,7 @@ import functools
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -23,11 +23,12 @@ from gymnasium.vector.utils import batch_space
 from ray_multiprocess_env.batch import join_batches, split_batch
 from ray_multiprocess_env.compat import as_autoreset_mode
 from ray_multiprocess_env.vector import RayVectorEnv
+from ray_multiprocess_env.workers import check_positive_int
 
-__all__ = ["GymnasiumVectorEnv", "make_vector_env", "vector_entry_point"]
+__all__ = ["GymnasiumVectorEnv", "RemoteEnv", "make_vector_env", "vector_entry_point"]
 
 
-class GymnasiumVectorEnv(VectorEnv):
+class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     """A `gymnasium.vector.VectorEnv` whose envs live in Ray worker actors.
 
     Behaves like `gymnasium.vector.SyncVectorEnv` (same batched arrays, infos with ``_key``
@@ -285,11 +286,8 @@ def make_vector_env(
             f"`make_env` must be a callable taking the env index, got {make_env!r}; e.g. "
             "`make_vector_env(lambda i: gymnasium.make('CartPole-v1'), 2, 8)`."
         )
-    for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"`{name}` must be a positive int, got {value!r}.")
-        if value < 1:
-            raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    num_workers = check_positive_int("num_workers", num_workers)
+    envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
     env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
     return GymnasiumVectorEnv(
         env_fns,
@@ -341,3 +339,61 @@ def vector_entry_point(
         autoreset_mode=autoreset_mode,
         actor_options=actor_options,
     )
+
+
+class RemoteEnv(gym.Env[Any, Any]):
+    """One env in a Ray actor, seen as a plain `gymnasium.Env` (e.g. for gymnasium's checker).
+
+    Args:
+        env_fn: A picklable factory of the env, called inside the actor.
+        actor_options: Options for `ray.remote` of the actor.
+        timeout: Seconds to wait for any one call, or None.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> env = RemoteEnv(lambda: gym.make("CartPole-v1"))
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, reward, terminated, truncated, info = env.step(0)
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env[Any, Any]],
+        *,
+        actor_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._vec = RayVectorEnv.from_env_fns(
+            [env_fn], actor_options=actor_options, timeout=timeout
+        )
+        self.observation_space = self._vec.observation_space
+        self.action_space = self._vec.action_space
+        self.metadata = self._vec.get_attr("metadata")[0]
+        self.render_mode = self._vec.get_attr("render_mode")[0]
+        self.spec = self._vec.spec
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the remote env."""
+        super().reset(seed=seed)
+        result: tuple[Any, dict[str, Any]] = self._vec.call_each(
+            "reset", [()], seed=seed, options=options
+        )[0]
+        return result
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the remote env."""
+        result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]] = self._vec.call_each(
+            "step", [(action,)]
+        )[0]
+        return result
+
+    def render(self) -> Any:
+        """Render the remote env."""
+        return self._vec.call("render")[0]
+
+    def close(self) -> None:
+        """Close the remote env and kill its actor."""
+        self._vec.close()

@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from ray_multiprocess_env import (
     GymnasiumVectorEnv,
+    RemoteEnv,
     RemoteEnvError,
     make_vector_env,
 )
@@ -224,3 +225,13 @@ def test_make_vector_env_bad_arguments(kwargs, error, match):
     arguments = {"make_env": _make_indexed, "num_workers": 1, "envs_per_worker": 1, **kwargs}
     with pytest.raises(error, match=match):
         make_vector_env(**arguments)
+
+
+def test_gymnasium_env_checker_passes_on_a_remote_env():
+    """The gymnasium env checker passes on an env running in a Ray actor."""
+    from gymnasium.utils.env_checker import check_env
+
+    for env_fn in (ENV_FNS["CartPole"], DictObsEnv):
+        env = RemoteEnv(env_fn)
+        check_env(env, skip_render_check=True)
+        env.close()

@@ -1,0 +1,198 @@
+"""`SB3VecEnv`: a stable-baselines3 `VecEnv` backed by Ray worker actors.
+
+Importing this module imports stable-baselines3 (and so torch); the package itself does not.
+Each worker steps its envs with autoreset in the same step, as SB3's ``DummyVecEnv`` does:
+a finished env's last observation is in ``info["terminal_observation"]``, the observation
+returned is the first of its next episode, and ``info["TimeLimit.truncated"]`` tells a time
+limit from a real termination.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.vec_env import VecEnv
+
+from ray_multiprocess_env.batch import join_batches, split_batch
+from ray_multiprocess_env.vector import RayVectorEnv
+from ray_multiprocess_env.workers import check_positive_int
+
+__all__ = ["SB3VecEnv", "make_sb3_vec_env"]
+
+
+class SB3VecEnv(VecEnv):
+    """A stable-baselines3 `VecEnv` whose envs live in Ray worker actors.
+
+    Gives the same observations, rewards, dones and infos as SB3's ``DummyVecEnv`` for the
+    same seeds and actions, with the envs stepped in parallel by
+    ``ceil(len(env_fns) / envs_per_worker)`` actors. SB3's wrappers (``VecNormalize``,
+    ``VecMonitor``, ``VecFrameStack``, ...) work on top.
+
+    Args:
+        env_fns: One picklable factory per env, called inside its worker.
+        envs_per_worker: How many envs each worker actor holds.
+        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        timeout: Seconds to wait for any one call, or None.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> envs = SB3VecEnv([lambda: gym.make("CartPole-v1")] * 4, envs_per_worker=2)
+        >>> obs = envs.reset()
+        >>> obs, rewards, dones, infos = envs.step(np.zeros(4, dtype=np.int64))
+        >>> obs.shape, rewards.dtype, sorted(infos[0])
+        ((4, 4), dtype('float32'), ['TimeLimit.truncated'])
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+        *,
+        envs_per_worker: int = 1,
+        actor_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self._vec = RayVectorEnv.from_env_fns(
+            env_fns,
+            envs_per_actor=envs_per_worker,
+            actor_options=actor_options,
+            timeout=timeout,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        )
+        description = self._vec._call_actors("describe", [()] * len(self._vec.remote_envs))[0]
+        self._bounds = [(s.start, s.stop) for s in self._vec.env_slices]
+        self._actions: Any = None
+        super().__init__(
+            self._vec.num_envs, description["observation_space"], description["action_space"]
+        )
+        self.metadata = description["metadata"]
+
+    def reset(self) -> Any:
+        """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
+        options = [opts or None for opts in self._options]
+        args = [(self._seeds[a:b], options[a:b], None) for a, b in self._bounds]
+        results = self._vec._call_actors("reset_batch", args)
+        for (start, stop), (_, infos) in zip(self._bounds, results, strict=True):
+            for k in range(stop - start):
+                parts = infos.get(k, [])
+                self.reset_infos[start + k] = dict(parts[0]) if parts else {}
+        self._reset_seeds()
+        self._reset_options()
+        return self._observations([r[0] for r in results])
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Keep the actions for `step_wait` (the remote call happens there)."""
+        self._actions = actions
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Step every env; finished envs are reset in the same step."""
+        chunks = split_batch(self.action_space, self._actions, self._bounds)
+        results = self._vec._call_actors("step_batch", [(chunk,) for chunk in chunks])
+        infos: list[dict[str, Any]] = []
+        dones = []
+        for (start, _), result in zip(self._bounds, results, strict=True):
+            _, _, terminated, truncated, worker_infos = result
+            for k, (term, trunc) in enumerate(zip(terminated, truncated, strict=True)):
+                parts = worker_infos.get(k, [])
+                done = bool(term or trunc)
+                if done:
+                    final = parts[0]
+                    info = dict(final["final_info"])
+                    info["TimeLimit.truncated"] = bool(trunc and not term)
+                    info["terminal_observation"] = final["final_obs"]
+                    self.reset_infos[start + k] = dict(parts[1]) if len(parts) > 1 else {}
+                else:
+                    info = dict(parts[0]) if parts else {}
+                    info["TimeLimit.truncated"] = bool(trunc and not term)
+                infos.append(info)
+                dones.append(done)
+        rewards = np.concatenate([r[1] for r in results]).astype(np.float32)
+        observations = self._observations([r[0] for r in results])
+        return observations, rewards, np.array(dones, dtype=bool), infos
+
+    def close(self) -> None:
+        """Close every env and kill the worker actors."""
+        self._vec.close()
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each env's ``render()`` frame (``render_mode`` must be ``"rgb_array"``)."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but `get_images` needs 'rgb_array'; "
+                "make the envs with `render_mode='rgb_array'`.",
+                stacklevel=2,
+            )
+            return [None] * self.num_envs
+        return list(self._vec.call("render"))
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        """Attribute `attr_name` of the envs at `indices` (all by default)."""
+        return self._each("get_attr", indices, (attr_name,))
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        """Set attribute `attr_name` of the envs at `indices` (all by default) to `value`."""
+        self._each("set_attr", indices, (attr_name, value))
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
+    ) -> list[Any]:
+        """Call method `method_name` of the envs at `indices` (all by default)."""
+        return self._each(method_name, indices, method_args, method_kwargs)
+
+    def env_is_wrapped(
+        self, wrapper_class: type[gym.Wrapper[Any, Any, Any, Any]], indices: Any = None
+    ) -> list[bool]:
+        """Whether each env at `indices` is wrapped in `wrapper_class`."""
+        return self._each("is_wrapped", indices, (wrapper_class,))
+
+    def _each(
+        self,
+        method: str,
+        indices: Any,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> list[Any]:
+        chosen = list(self._get_indices(indices))
+        for index in chosen:
+            if not 0 <= index < self.num_envs:
+                raise ValueError(
+                    f"`indices` contains {index} but there are {self.num_envs} envs "
+                    f"(valid indices are 0..{self.num_envs - 1})."
+                )
+        wanted = set(chosen)
+        per_env = [args if i in wanted else None for i in range(self.num_envs)]
+        results = self._vec.call_each(method, per_env, **(kwargs or {}))
+        return [results[i] for i in chosen]
+
+    def _observations(self, batches: Iterable[Any]) -> Any:
+        return join_batches(self.observation_space, list(batches))
+
+
+def make_sb3_vec_env(
+    make_env: Callable[[int], gym.Env[Any, Any]],
+    num_workers: int,
+    envs_per_worker: int,
+    *,
+    seed: int | None = None,
+    actor_options: Mapping[str, Any] | None = None,
+) -> SB3VecEnv:
+    """``num_workers * envs_per_worker`` envs in Ray workers, as one SB3 `VecEnv`.
+
+    `make_env` is called as ``make_env(index)`` in a worker; with `seed`, env ``i`` is seeded
+    ``seed + i`` at the first reset.
+    """
+    if not callable(make_env):
+        raise TypeError(f"`make_env` must be a callable taking the env index, got {make_env!r}.")
+    num_workers = check_positive_int("num_workers", num_workers)
+    envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
+    env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
+    envs = SB3VecEnv(env_fns, envs_per_worker=envs_per_worker, actor_options=actor_options)
+    if seed is not None:
+        envs.seed(seed)
+    return envs

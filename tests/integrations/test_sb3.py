@@ -1,0 +1,155 @@
+"""SB3VecEnv against stable-baselines3's DummyVecEnv, SB3's wrappers on top, and PPO learning."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from tests.envs import DictObsEnv, FlakyEnv, RenderingFlakyEnv
+
+sb3 = pytest.importorskip("stable_baselines3")
+from stable_baselines3.common.vec_env import (  # noqa: E402
+    DummyVecEnv,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+)
+
+from ray_multiprocess_env import SB3VecEnv, make_sb3_vec_env  # noqa: E402
+from tests.integrations.test_gymnasium import assert_same  # noqa: E402
+
+ENV_FNS = {
+    "CartPole": functools.partial(gym.make, "CartPole-v1", max_episode_steps=30),
+    "DictObs": DictObsEnv,
+}
+
+
+def _rollout(venv, steps, seed):
+    venv.seed(seed)
+    space = venv.action_space
+    space.seed(seed)
+    yield venv.reset()
+    yield [dict(info) for info in venv.reset_infos]
+    for _ in range(steps):
+        yield venv.step(np.array([space.sample() for _ in range(venv.num_envs)]))
+        yield [dict(info) for info in venv.reset_infos]
+
+
+def _same(ours, theirs, path):
+    if isinstance(theirs, list):
+        assert len(ours) == len(theirs), path
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            _same(a, b, f"{path}[{i}]")
+    elif isinstance(theirs, dict) and not isinstance(ours, dict):
+        raise AssertionError(f"{path}: {type(ours)}")
+    elif isinstance(theirs, dict):
+        assert set(ours) == set(theirs), f"{path}: {set(ours)} != {set(theirs)}"
+        for key in theirs:
+            _same(ours[key], theirs[key], f"{path}[{key!r}]")
+    elif isinstance(theirs, tuple):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            _same(a, b, f"{path}[{i}]")
+    else:
+        assert_same(ours, theirs, path)
+
+
+@pytest.mark.parametrize("env_name", list(ENV_FNS))
+def test_matches_dummy_vec_env(env_name):
+    """Observations, rewards, dones, infos and reset_infos equal DummyVecEnv's, step by step."""
+    env_fns = [ENV_FNS[env_name]] * 5
+    ours, theirs = SB3VecEnv(env_fns, envs_per_worker=2), DummyVecEnv(env_fns)
+    assert ours.observation_space == theirs.observation_space
+    assert ours.action_space == theirs.action_space
+    dones = 0
+    for step, (a, b) in enumerate(zip(_rollout(ours, 60, 3), _rollout(theirs, 60, 3), strict=True)):
+        _same(a, b, f"output {step}")
+        if isinstance(b, tuple):
+            dones += int(b[2].sum())
+    assert dones >= 5
+    ours.close()
+    theirs.close()
+
+
+@pytest.mark.parametrize(
+    "wrap",
+    [
+        lambda v: VecNormalize(v, gamma=0.9),
+        VecMonitor,
+        lambda v: VecFrameStack(v, n_stack=3),
+    ],
+    ids=["VecNormalize", "VecMonitor", "VecFrameStack"],
+)
+def test_sb3_wrappers_run_on_top(wrap):
+    """SB3's vec wrappers give the same outputs on ours as on DummyVecEnv."""
+    env_fns = [ENV_FNS["CartPole"]] * 4
+    ours, theirs = wrap(SB3VecEnv(env_fns, envs_per_worker=2)), wrap(DummyVecEnv(env_fns))
+    for step, (a, b) in enumerate(zip(_rollout(ours, 40, 1), _rollout(theirs, 40, 1), strict=True)):
+        if isinstance(b, tuple):  # VecMonitor's episode info holds wall time
+            np.testing.assert_allclose(a[0], b[0], rtol=1e-6, err_msg=f"obs {step}")
+            np.testing.assert_allclose(a[1], b[1], rtol=1e-6, err_msg=f"rewards {step}")
+            np.testing.assert_array_equal(a[2], b[2])
+            assert [set(i) for i in a[3]] == [set(i) for i in b[3]]
+    ours.close()
+    theirs.close()
+
+
+def test_env_method_get_attr_set_attr_with_indices():
+    """env_method, get_attr, set_attr and env_is_wrapped take `indices` like DummyVecEnv."""
+    envs = SB3VecEnv([FlakyEnv] * 4, envs_per_worker=3)
+    envs.reset()
+    envs.set_attr("delay", 0.001, indices=[1, 3])
+    assert envs.get_attr("delay") == [0.0, 0.001, 0.0, 0.001]
+    assert envs.get_attr("delay", indices=2) == [0.0]
+    envs.step(np.array([1, 2, 0, 1]))
+    assert envs.env_method("render", indices=[0, 1])[1][0, 0, 0] == 2
+    assert envs.env_is_wrapped(gym.wrappers.TimeLimit) == [False] * 4
+    wrapped = SB3VecEnv([ENV_FNS["CartPole"]] * 2)
+    assert wrapped.env_is_wrapped(gym.wrappers.TimeLimit, indices=[1]) == [True]
+    with pytest.raises(ValueError, match=r"`indices` contains 7 but there are 4 envs"):
+        envs.get_attr("delay", indices=[7])
+    envs.close()
+    wrapped.close()
+
+
+def test_get_images_and_render():
+    """get_images gives one frame per env and render tiles them, in rgb_array mode."""
+    envs = SB3VecEnv([RenderingFlakyEnv] * 4, envs_per_worker=2)
+    envs.reset()
+    frames = envs.get_images()
+    assert [f.shape for f in frames] == [(8, 8, 3)] * 4
+    assert envs.render(mode="rgb_array").shape == (16, 16, 3)
+    envs.close()
+    plain = SB3VecEnv([FlakyEnv])
+    with pytest.warns(UserWarning, match="needs 'rgb_array'"):
+        assert plain.get_images() == [None]
+    plain.close()
+
+
+def test_make_sb3_vec_env_seeds_each_env():
+    """make_sb3_vec_env passes indices and seeds env i with seed + i."""
+    envs = make_sb3_vec_env(lambda i: gym.make("CartPole-v1"), 2, 2, seed=5)
+    expected = DummyVecEnv([ENV_FNS["CartPole"]] * 4)
+    expected.seed(5)
+    np.testing.assert_array_equal(envs.reset(), expected.reset())
+    envs.close()
+    with pytest.raises(ValueError, match=r"`envs_per_worker` must be a positive int"):
+        make_sb3_vec_env(lambda i: gym.make("CartPole-v1"), 1, 0)
+
+
+def test_importing_the_package_does_not_import_sb3_or_torch():
+    """SB3VecEnv is loaded on first use; importing the package imports neither SB3 nor torch."""
+    code = (
+        "import sys, ray_multiprocess_env as r\n"
+        "assert 'stable_baselines3' not in sys.modules and 'torch' not in sys.modules\n"
+        "r.SB3VecEnv\n"
+        "assert 'stable_baselines3' in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
