@@ -9,6 +9,7 @@ and the method, chained to Ray's error.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -71,6 +72,16 @@ class FanOut:
         timeout: float | None = None,
     ) -> list[Any]:
         """Call `method` on each env whose args are not None; one result per env (None if not)."""
+        calls = self.per_env_calls(method, args_per_env, kwargs_per_env)
+        return self.per_env_results(calls, self.run(label, calls, timeout=timeout))
+
+    def per_env_calls(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[Call]:
+        """The calls that run `method` on each env whose args are not None (one per actor)."""
         kwargs_per_env = kwargs_per_env or [{}] * self.num_envs
         calls = []
         for g, group in enumerate(self.groups):
@@ -85,7 +96,7 @@ class FanOut:
                 args = args_per_env[group.start]
                 assert args is not None
                 calls.append(Call(g, method, args, kwargs_per_env[group.start]))
-        return self.per_env_results(calls, self.run(label, calls, timeout=timeout))
+        return calls
 
     def per_actor(self, method: str, args_per_actor: Sequence[tuple[Any, ...] | None]) -> list[Any]:
         """Call `method` once per actor whose args are not None; one result per actor."""
@@ -140,8 +151,17 @@ class FanOut:
             TimeoutError: If the results are not all in after the timeout; names the envs.
             RemoteEnvError: If an env raised; `EnvCrashedError` if an actor died.
         """
+        return self.gather(label, calls, self.launch(calls), timeout=timeout)
+
+    def launch(self, calls: Sequence[Call]) -> list[Any]:
+        """Submit every call without waiting; one Ray object ref per call."""
+        return [self._submit(call) for call in calls]
+
+    def gather(
+        self, label: str, calls: Sequence[Call], refs: list[Any], *, timeout: float | None = None
+    ) -> list[Any]:
+        """Wait for the `refs` of launched `calls` and return their results, as `run` does."""
         timeout = self.timeout if timeout is None else timeout
-        refs = [self._submit(call) for call in calls]
         if not refs:
             return []
         try:
@@ -152,7 +172,7 @@ class FanOut:
                 i
                 for call, ref in zip(calls, refs, strict=True)
                 if ref not in ready
-                for i in self._envs_of(call)
+                for i in self.envs_of(call)
             ]
             raise TimeoutError(
                 f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
@@ -176,7 +196,46 @@ class FanOut:
                 f"env {group.start}: `{call.method}` does not accept these arguments ({err}).{hint}"
             ) from err
 
-    def _envs_of(self, call: Call) -> range:
+    def first_ready(
+        self,
+        label: str,
+        refs: Sequence[Any],
+        envs: Sequence[Sequence[int]],
+        min_envs: int,
+        timeout: float | None,
+    ) -> list[int]:
+        """Wait until the finished `refs` cover at least `min_envs` envs; their positions.
+
+        `envs[i]` are the env indices whose results `refs[i]` carries. Everything already
+        finished is included, so more than `min_envs` envs may come back.
+
+        Raises:
+            TimeoutError: If `min_envs` are not covered within `timeout` seconds; names the
+                envs still out.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pending = list(range(len(refs)))
+        done: list[int] = []
+        covered = 0
+        while pending and covered < min_envs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait([refs[i] for i in pending], num_returns=1, timeout=left)
+            if not ready:
+                late = sorted(e for i in pending for e in envs[i])
+                raise TimeoutError(
+                    f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
+                    "Raise `timeout` if the env is slow, or close this vector env."
+                )
+            finished, _ = ray.wait([refs[i] for i in pending], num_returns=len(pending), timeout=0)
+            finished_refs = {*ready, *finished}
+            for i in [i for i in pending if refs[i] in finished_refs]:
+                pending.remove(i)
+                done.append(i)
+                covered += len(envs[i])
+        return done
+
+    def envs_of(self, call: Call) -> range:
+        """The env indices held by the actor `call` goes to."""
         group = self.groups[call.group]
         return range(group.start, group.stop)
 
@@ -197,11 +256,11 @@ class FanOut:
                     envs = (
                         cause.env_indices
                         if isinstance(cause, _EnvFailures)
-                        else list(self._envs_of(call))
+                        else list(self.envs_of(call))
                     )
                     failed.append((envs, error))
         if not failed:  # pragma: no cover - the failure that raised is always among them
-            failed = [(list(self._envs_of(calls[0])), err)]
+            failed = [(list(self.envs_of(calls[0])), err)]
         first_envs, first_error = failed[0]
         kind = EnvCrashedError if isinstance(first_error, RayActorError) else RemoteEnvError
         indices = [i for envs, _ in failed for i in envs]

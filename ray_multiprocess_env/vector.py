@@ -17,6 +17,7 @@ from ray.actor import ActorHandle
 
 from ray_multiprocess_env.errors import ClosedEnvError, RemoteEnvError
 from ray_multiprocess_env.fanout import ActorGroup, Call, FanOut
+from ray_multiprocess_env.inflight import InFlight
 from ray_multiprocess_env.integrations.pfrl import register_pfrl_vector_env
 from ray_multiprocess_env.workers import WORKER_ENV_METHODS, start_workers
 
@@ -140,6 +141,7 @@ class RayVectorEnv:
             ...     print(vec.num_envs, len(vec.remote_envs))
             4 2
         """
+        _check_timeout(timeout)
         groups = start_workers(
             env_fns,
             envs_per_actor,
@@ -154,14 +156,7 @@ class RayVectorEnv:
     def _setup(
         self, groups: list[ActorGroup], *, timeout: float | None, kill_on_close: bool
     ) -> None:
-        if timeout is not None and (
-            not isinstance(timeout, numbers.Real) or isinstance(timeout, bool)
-        ):
-            raise TypeError(f"`timeout` must be a number of seconds or None, got {timeout!r}.")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(
-                f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
-            )
+        _check_timeout(timeout)
         self._groups = tuple(groups)
         self._num_envs = groups[-1].stop
         self._fanout = FanOut(groups, None if timeout is None else float(timeout))
@@ -170,6 +165,8 @@ class RayVectorEnv:
         self._next_seeds: list[int | None] = [None] * self._num_envs
         self._reset_gives_info = False
         self._attr_cache: dict[str, Any] = {}
+        self._pending_step: tuple[list[Call], list[Any]] | None = None
+        self._in_flight = InFlight(self._fanout)
         self._closed = False
         register_pfrl_vector_env(RayVectorEnv)
 
@@ -186,12 +183,135 @@ class RayVectorEnv:
             ``(obs, rewards, dones, infos)``; each a tuple with one entry per env. An env whose
             ``step`` returns a non-tuple gives a tuple of those results.
         """
-        self._check_open("step")
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Sequence[Any]) -> None:
+        """Send one action per env and return at once; `step_wait` collects the results."""
+        self._check_open("step_async")
         self._check_length("actions", actions, "one action per env")
-        results = self._fanout.per_env("step", "step", [(action,) for action in actions])
+        self._check_idle("step_async")
+        calls = self._fanout.per_env_calls("step", [(action,) for action in actions])
+        self._pending_step = (calls, self._fanout.launch(calls))
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Wait for the results of `step_async` and return them as `step` does.
+
+        Args:
+            timeout: Seconds to wait; None uses the vector env's `timeout`.
+        """
+        self._check_open("step_wait")
+        if self._pending_step is None:
+            raise RuntimeError("`step_wait` was called without a `step_async` before it.")
+        calls, refs = self._pending_step
+        self._pending_step = None
+        results = self._fanout.per_env_results(
+            calls, self._fanout.gather("step", calls, refs, timeout=timeout)
+        )
         for index, result in enumerate(results):
             self._last_obs[index] = result[0] if isinstance(result, tuple) else result
         return unzip(results)
+
+    # ----------------------------------------------------------------------------------------
+    # first-ready stepping (envpool's send/recv, RLlib's RemoteVectorEnv)
+    def async_reset(self) -> None:
+        """Reset every env without waiting; `recv` then returns them as they finish."""
+        self._check_open("async_reset")
+        self._check_idle("async_reset")
+        kwargs = [{} if s is None else {"seed": s} for s in self._next_seeds]
+        self._next_seeds = [None] * self.num_envs
+        self._in_flight.launch("reset", "reset", [()] * self.num_envs, kwargs)
+
+    def send(self, actions: Sequence[Any], env_ids: Sequence[int]) -> None:
+        """Step the envs `env_ids` with `actions` (one each) without waiting for them.
+
+        Raises:
+            ValueError: If an env id is out of range, repeated, or has a call in flight
+                (`recv` its result first), or `actions` and `env_ids` differ in length.
+        """
+        self._check_open("send")
+        if self._pending_step is not None:
+            raise RuntimeError(
+                "`send` was called while a `step_async` is pending; call `step_wait`."
+            )
+        env_ids = self._check_env_ids(env_ids)
+        if len(actions) != len(env_ids):
+            raise ValueError(
+                f"`actions` has {len(actions)} entries but `env_ids` has {len(env_ids)}; "
+                "pass one action per env id."
+            )
+        for env in env_ids:
+            if self._in_flight.busy(env):
+                raise ValueError(
+                    f"env {env} already has an action in flight; `recv` its result before "
+                    "sending it another."
+                )
+        args: list[tuple[Any, ...] | None] = [None] * self.num_envs
+        for env, action in zip(env_ids, actions, strict=True):
+            args[env] = (action,)
+        self._in_flight.launch("step", "step", args)
+
+    def recv(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> tuple[list[int], tuple[Any, ...]]:
+        """Receive the results of the first envs to finish what `send`/`async_reset` started.
+
+        Args:
+            batch_size: Wait until at least this many envs have finished (all envs of an actor
+                finish together, so more may come back); None waits for every env in flight.
+            timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry a
+                `TimeoutError` names the envs that did not answer; they stay in flight.
+
+        Returns:
+            ``(env_ids, results)``: the env ids in ascending order and their results unzipped as
+            `step` returns them. An env coming back from `async_reset` looks like a step with
+            reward 0 and not done: ``(obs, 0.0, False, False, info)`` for gymnasium envs,
+            ``(obs, 0.0, False, {})`` for old-gym envs.
+        """
+        self._check_open("recv")
+        if not len(self._in_flight):
+            raise RuntimeError(
+                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) first."
+            )
+        wanted = len(self._in_flight) if batch_size is None else batch_size
+        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
+            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
+        received = self._in_flight.receive("recv", int(wanted), timeout)
+        env_ids, results = [], []
+        for env, op, result in received:
+            if op == "reset":
+                result = self._reset_as_step(result)
+            self._last_obs[env] = result[0] if isinstance(result, tuple) else result
+            env_ids.append(env)
+            results.append(result)
+        return env_ids, unzip(results)
+
+    def reset_env(self, env_id: int, **kwargs: Any) -> Any:
+        """Reset one env now, while others may be in flight (RLlib's ``try_reset``).
+
+        Args:
+            env_id: The env to reset; it must not have a call in flight.
+            **kwargs: Passed to the env's ``reset`` (e.g. ``seed=``, ``options=``).
+
+        Returns:
+            What the env's ``reset`` returns.
+        """
+        self._check_open("reset_env")
+        (env,) = self._check_env_ids([env_id], argument="env_id")
+        if self._in_flight.busy(env):
+            raise ValueError(
+                f"env {env} has a call in flight; `recv` its result before resetting it."
+            )
+        args: list[tuple[Any, ...] | None] = [None] * self.num_envs
+        args[env] = ()
+        kwargs_per_env = [dict(kwargs)] * self.num_envs
+        if self._next_seeds[env] is not None and "seed" not in kwargs:
+            kwargs_per_env[env] = {**kwargs, "seed": self._next_seeds[env]}
+        result = self._fanout.per_env("reset", "reset", args, kwargs_per_env)[env]
+        self._next_seeds[env] = None
+        is_pair = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)
+        self._last_obs[env] = result[0] if is_pair else result
+        return result
 
     def reset(self, mask: Sequence[Any] | None = None) -> Any:
         """Reset the envs, skipping those whose `mask` entry is truthy (pfrl's convention).
@@ -206,6 +326,7 @@ class RayVectorEnv:
             skipped env's info is ``{}``.
         """
         self._check_open("reset")
+        self._check_idle("reset")
         if mask is None:
             skip = [False] * self.num_envs
         else:
@@ -469,6 +590,39 @@ class RayVectorEnv:
                 "it on the actor class."
             )
 
+    def _check_idle(self, method: str) -> None:
+        if self._pending_step is not None:
+            raise RuntimeError(
+                f"`{method}` was called while a `step_async` is pending; call `step_wait`."
+            )
+        if len(self._in_flight):
+            raise RuntimeError(
+                f"`{method}` was called while env(s) {self._in_flight.envs} have calls in flight; "
+                "`recv` them first."
+            )
+
+    def _check_env_ids(self, env_ids: Any, argument: str = "env_ids") -> list[int]:
+        if isinstance(env_ids, (numbers.Integral, str, bytes)) or not isinstance(env_ids, Iterable):
+            raise TypeError(f"`{argument}` must be a list of env indices, got {env_ids!r}.")
+        ids = list(env_ids)
+        for env in ids:
+            if isinstance(env, bool) or not isinstance(env, numbers.Integral):
+                raise TypeError(f"`{argument}` must hold ints, got {env!r}.")
+            if not 0 <= int(env) < self.num_envs:
+                raise ValueError(
+                    f"`{argument}` contains {env} but there are {self.num_envs} envs "
+                    f"(valid ids are 0..{self.num_envs - 1})."
+                )
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"`{argument}` repeats an env: {ids}.")
+        return [int(env) for env in ids]
+
+    @staticmethod
+    def _reset_as_step(result: Any) -> tuple[Any, ...]:
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+            return (result[0], 0.0, False, False, result[1])
+        return (result, 0.0, False, {})
+
     def _check_open(self, method: str) -> None:
         if self._closed:
             raise ClosedEnvError(
@@ -496,3 +650,14 @@ class RayVectorEnv:
         if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
             return int(seed)
         raise TypeError(f"`seeds[{index}]` must be an int or None, got {seed!r}.")
+
+
+def _check_timeout(timeout: Any) -> None:
+    if timeout is None:
+        return
+    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
+        raise TypeError(f"`timeout` must be a number of seconds or None, got {timeout!r}.")
+    if timeout <= 0:
+        raise ValueError(
+            f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
+        )

@@ -134,3 +134,38 @@ class RenderingFlakyEnv(FlakyEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"]}
     render_mode = "rgb_array"
+
+
+class TwoAgentEnv:
+    """A tiny multi-agent env in RLlib's / PettingZoo-parallel style: per-agent dicts."""
+
+    agents = ("left", "right")
+
+    def __init__(self) -> None:
+        self.positions = {"left": 0, "right": 0}
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        start = 0 if seed is None else seed % 5
+        self.positions = {"left": -start, "right": start}
+        self.steps = 0
+        return dict(self.positions), {agent: {} for agent in self.agents}
+
+    def step(self, actions: dict[str, int]):
+        self.steps += 1
+        for agent, move in actions.items():
+            self.positions[agent] += move
+        rewards = {agent: float(-abs(self.positions[agent])) for agent in self.agents}
+        terminated = {agent: abs(self.positions[agent]) > 3 for agent in self.agents}
+        terminated["__all__"] = all(terminated[a] for a in self.agents)
+        truncated = {agent: self.steps >= 10 for agent in self.agents}
+        truncated["__all__"] = self.steps >= 10
+        infos = {agent: {"position": self.positions[agent]} for agent in self.agents}
+        return dict(self.positions), rewards, terminated, truncated, infos
+
+
+class TwoAgentHolder:
+    """Holds a `TwoAgentEnv`."""
+
+    def __init__(self) -> None:
+        self.env = TwoAgentEnv()
