@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-__all__ = ["join_batches", "split_batch", "stack", "unstack"]
+__all__ = ["join_batches", "split_batch", "stack", "take", "unstack"]
 
 
 def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
@@ -58,3 +58,15 @@ def split_batch(
         return [batch[start:stop] for start, stop in bounds]
     items = list(batch)
     return [tuple(items[start:stop]) for start, stop in bounds]
+
+
+def take(space: spaces.Space[Any], batch: Any, rows: Sequence[int]) -> Any:
+    """The `rows` of a batch of the single-env `space`, in that order."""
+    if isinstance(space, spaces.Dict):
+        return {key: take(sub, batch[key], rows) for key, sub in space.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(take(sub, batch[i], rows) for i, sub in enumerate(space.spaces))
+    if isinstance(batch, np.ndarray):
+        return batch[list(rows)]
+    items = list(batch)
+    return tuple(items[row] for row in rows)

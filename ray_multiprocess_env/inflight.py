@@ -52,16 +52,32 @@ class InFlight:
     ) -> None:
         """Launch `method` on the envs whose args are not None, without waiting."""
         calls = self._fanout.per_env_calls(method, args_per_env, kwargs_per_env)
-        refs = self._fanout.launch(calls)
-        for call, ref in zip(calls, refs, strict=True):
-            envs = tuple(i for i in self._fanout.envs_of(call) if args_per_env[i] is not None)
-            self._entries.append(_Entry(call, ref, envs, op))
-            self._busy.update(envs)
+        envs = [
+            tuple(i for i in self._fanout.envs_of(call) if args_per_env[i] is not None)
+            for call in calls
+        ]
+        self.launch_calls(op, calls, envs)
+
+    def launch_calls(self, op: str, calls: Sequence[Call], envs: Sequence[Sequence[int]]) -> None:
+        """Launch prepared `calls` without waiting; ``envs[i]`` are the envs call i answers for."""
+        for call, ref, call_envs in zip(calls, self._fanout.launch(calls), envs, strict=True):
+            self._entries.append(_Entry(call, ref, tuple(call_envs), op))
+            self._busy.update(call_envs)
 
     def receive(
         self, label: str, min_envs: int, timeout: float | None
     ) -> list[tuple[int, str, Any]]:
-        """Wait for calls covering at least `min_envs` envs; ``(env, op, result)`` by env.
+        """Wait for calls covering at least `min_envs` envs; ``(env, op, result)`` by env."""
+        out: list[tuple[int, str, Any]] = []
+        for call, envs, op, result in self.receive_calls(label, min_envs, timeout):
+            per_env = self._fanout.per_env_results([call], [result])
+            out.extend((env, op, per_env[env]) for env in envs)
+        return sorted(out, key=lambda item: item[0])
+
+    def receive_calls(
+        self, label: str, min_envs: int, timeout: float | None
+    ) -> list[tuple[Call, tuple[int, ...], str, Any]]:
+        """Wait for calls covering at least `min_envs` envs; ``(call, envs, op, result)`` each.
 
         The finished calls leave flight even if one of them failed (the error then names the
         env and is raised).
@@ -78,8 +94,4 @@ class InFlight:
         for entry in ready:
             self._busy.difference_update(entry.envs)
         results = self._fanout.gather(label, [e.call for e in ready], [e.ref for e in ready])
-        out: list[tuple[int, str, Any]] = []
-        for entry, result in zip(ready, results, strict=True):
-            per_env = self._fanout.per_env_results([entry.call], [result])
-            out.extend((env, entry.op, per_env[env]) for env in entry.envs)
-        return sorted(out, key=lambda item: item[0])
+        return [(e.call, e.envs, e.op, r) for e, r in zip(ready, results, strict=True)]

@@ -268,15 +268,7 @@ class RayVectorEnv:
             reward 0 and not done: ``(obs, 0.0, False, False, info)`` for gymnasium envs,
             ``(obs, 0.0, False, {})`` for old-gym envs.
         """
-        self._check_open("recv")
-        if not len(self._in_flight):
-            raise RuntimeError(
-                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) first."
-            )
-        wanted = len(self._in_flight) if batch_size is None else batch_size
-        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
-            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
-        received = self._in_flight.receive("recv", int(wanted), timeout)
+        received = self._in_flight.receive("recv", self._check_recv(batch_size), timeout)
         env_ids, results = [], []
         for env, op, result in received:
             if op == "reset":
@@ -564,6 +556,53 @@ class RayVectorEnv:
         self._check_open(method)
         return self._fanout.per_actor(method, args_per_actor)
 
+    def _launch_actors(
+        self, method: str, args_per_actor: Sequence[tuple[Any, ...] | None]
+    ) -> tuple[list[Call], list[Any]]:
+        """Like `_call_actors`, without waiting; give the result to `_gather_actors`."""
+        self._check_open(method)
+        calls = [Call(g, method, a) for g, a in enumerate(args_per_actor) if a is not None]
+        return calls, self._fanout.launch(calls)
+
+    def _gather_actors(
+        self, method: str, launched: tuple[list[Call], list[Any]], timeout: float | None = None
+    ) -> list[Any]:
+        """Wait for what `_launch_actors` launched; one result per actor (None where skipped)."""
+        self._check_open(method)
+        calls, refs = launched
+        results: list[Any] = [None] * len(self._groups)
+        gathered = self._fanout.gather(method, calls, refs, timeout=timeout)
+        for call, result in zip(calls, gathered, strict=True):
+            results[call.group] = result
+        return results
+
+    def _send_actors(
+        self,
+        op: str,
+        method: str,
+        args_per_actor: Sequence[tuple[Any, ...] | None],
+        envs_per_actor: Sequence[Sequence[int]],
+    ) -> None:
+        """Launch one call per actor for the first-ready API; ``envs_per_actor`` it answers for."""
+        self._check_open(method)
+        for envs in envs_per_actor:
+            for env in envs:
+                if self._in_flight.busy(env):
+                    raise ValueError(
+                        f"env {env} already has an action in flight; `recv` its result before "
+                        "sending it another."
+                    )
+        pairs = [(g, args) for g, args in enumerate(args_per_actor) if args is not None]
+        calls = [Call(g, method, args) for g, args in pairs]
+        self._in_flight.launch_calls(op, calls, [envs_per_actor[g] for g, _ in pairs])
+
+    def _recv_actors(
+        self, min_envs: int | None, timeout: float | None
+    ) -> list[tuple[int, tuple[int, ...], str, Any]]:
+        """First-ready results per actor call: ``(actor index, envs, op, result)``."""
+        received = self._in_flight.receive_calls("recv", self._check_recv(min_envs), timeout)
+        return [(call.group, envs, op, result) for call, envs, op, result in received]
+
     def _env0_attr(self, name: str) -> Any:
         if name not in self._attr_cache:
             self._check_open(name)
@@ -616,6 +655,18 @@ class RayVectorEnv:
         if len(set(ids)) != len(ids):
             raise ValueError(f"`{argument}` repeats an env: {ids}.")
         return [int(env) for env in ids]
+
+    def _check_recv(self, batch_size: Any) -> int:
+        """The number of envs `recv` waits for; errors if nothing is in flight."""
+        self._check_open("recv")
+        if not len(self._in_flight):
+            raise RuntimeError(
+                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) first."
+            )
+        wanted = len(self._in_flight) if batch_size is None else batch_size
+        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
+            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
+        return int(wanted)
 
     @staticmethod
     def _reset_as_step(result: Any) -> tuple[Any, ...]:

@@ -162,19 +162,31 @@ class EnvWorker:
         return self._stacked_obs(), infos
 
     def step_batch(
-        self, actions: Any
+        self, actions: Any, positions: Sequence[int] | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]:
-        """Step the K envs with gymnasium's autoreset semantics for `autoreset_mode`.
+        """Step the K envs (or those at `positions`) with gymnasium's autoreset semantics.
+
+        Args:
+            actions: A batch of actions, one per env stepped (in `positions` order).
+            positions: The envs of this worker to step (0..K-1); None steps all K.
 
         Returns:
-            Stacked observations, rewards, terminations, truncations, and the info dicts of
-            the envs that have any (as `reset_batch`).
+            Stacked observations, rewards, terminations and truncations of the envs stepped,
+            and the info dicts of those that have any, by position (as `reset_batch`).
         """
-        single_actions = unstack(self._action_batch_space, actions)
+        if positions is None:
+            positions = range(len(self.envs))
+            single_actions = unstack(self._action_batch_space, actions)
+        else:
+            positions = list(positions)
+            single_actions = unstack(
+                batch_space(self.envs[0].action_space, len(positions)), actions
+            )
         infos: dict[int, list[dict[str, Any]]] = {}
         failures = []
         mode = self.autoreset_mode
-        for k, (env, action) in enumerate(zip(self.envs, single_actions, strict=True)):
+        for k, action in zip(positions, single_actions, strict=True):
+            env = self.envs[k]
             try:
                 if mode == AutoresetMode.NEXT_STEP and self._autoreset[k]:
                     self._obs[k], info = env.reset()
@@ -201,11 +213,16 @@ class EnvWorker:
         if failures:
             raise _EnvFailures("step", failures)
         self._autoreset = np.logical_or(self._terminations, self._truncations)
+        if isinstance(positions, range):
+            observations = self._stacked_obs()
+        else:
+            observations = stack(self.envs[0].observation_space, [self._obs[k] for k in positions])
+        index = list(positions)
         return (
-            self._stacked_obs(),
-            self._rewards.copy(),
-            self._terminations.copy(),
-            self._truncations.copy(),
+            observations,
+            self._rewards[index],
+            self._terminations[index],
+            self._truncations[index],
             infos,
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env.batch import join_batches, split_batch
+from ray_multiprocess_env.batch import join_batches, split_batch, take
 from ray_multiprocess_env.compat import as_autoreset_mode
 from ray_multiprocess_env.vector import RayVectorEnv
 from ray_multiprocess_env.workers import check_positive_int
@@ -83,6 +83,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self._bounds = [(s.start, s.stop) for s in self._vec.env_slices]
         self._worker_obs: list[Any] = [None] * len(self._bounds)
         self._finished = np.zeros(self.num_envs, dtype=np.bool_)
+        self._pending: tuple[list[Any], list[Any]] | None = None
         self._initial_seed = seed
         if seed is not None:
             self.action_space.seed(int(seed))
@@ -121,6 +122,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns:
             The batched observations and the batched info dict.
         """
+        self._vec._check_idle("reset")
         seeds = self._seeds(seed)
         options = dict(options) if options is not None else None
         mask = None
@@ -154,14 +156,28 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns:
             Batched observations, rewards (float64), terminations, truncations and infos.
         """
-        if self.autoreset_mode == AutoresetMode.DISABLED and self._finished.any():
-            raise ValueError(
-                f"env(s) {np.flatnonzero(self._finished).tolist()} finished their episode and "
-                "`autoreset_mode` is DISABLED; reset them first with "
-                "`reset(options={'reset_mask': mask})`."
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:
+        """Send the batched `actions` and return at once; `step_wait` collects the results."""
+        if self._pending is not None:
+            raise RuntimeError(
+                "`step_async` was called while a `step_async` is pending; call `step_wait`."
             )
+        self._vec._check_idle("step_async")
+        self._check_not_finished(range(self.num_envs))
         chunks = split_batch(self.single_action_space, actions, self._bounds)
-        results = self._vec._call_actors("step_batch", [(chunk,) for chunk in chunks])
+        self._pending = self._vec._launch_actors("step_batch", [(chunk,) for chunk in chunks])
+
+    def step_wait(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait for the results of `step_async` and return them as `step` does."""
+        if self._pending is None:
+            raise RuntimeError("`step_wait` was called without a `step_async` before it.")
+        launched, self._pending = self._pending, None
+        results = self._vec._gather_actors("step_batch", launched, timeout)
         infos: dict[str, Any] = {}
         for g, result in enumerate(results):
             self._worker_obs[g] = result[0]
@@ -172,6 +188,87 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self._finished = np.logical_or(terminations, truncations)
         observations = join_batches(self.single_observation_space, self._worker_obs)
         return observations, rewards, terminations, truncations, infos
+
+    # -- first-ready stepping (envpool's send/recv) -----------------------------------------
+    def async_reset(self, *, seed: int | Sequence[int | None] | None = None) -> None:
+        """Reset every env without waiting; `recv` then returns them as they finish."""
+        seeds = self._seeds(seed)
+        self._finished[:] = False
+        self._vec._send_actors(
+            "reset",
+            "reset_batch",
+            [(seeds[start:stop], None, None) for start, stop in self._bounds],
+            [range(start, stop) for start, stop in self._bounds],
+        )
+
+    def send(self, actions: Any, env_ids: Sequence[int]) -> None:
+        """Step the envs `env_ids` with the batched `actions` (row i for env ``env_ids[i]``).
+
+        Returns at once; `recv` collects the results of the envs that finish first.
+        """
+        env_ids = self._vec._check_env_ids(env_ids)
+        self._check_not_finished(env_ids)
+        args: list[tuple[Any, ...] | None] = []
+        envs: list[list[int]] = []
+        for start, stop in self._bounds:
+            rows = [row for row, env in enumerate(env_ids) if start <= env < stop]
+            mine = [env_ids[row] for row in rows]
+            envs.append(mine)
+            if rows:
+                chunk = take(self.single_action_space, actions, rows)
+                args.append((chunk, [env - start for env in mine]))
+            else:
+                args.append(None)
+        self._vec._send_actors("step", "step_batch", args, envs)
+
+    def recv(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of the first envs to finish what `send`/`async_reset` started.
+
+        Args:
+            batch_size: Wait until at least this many envs are done (a worker's envs come back
+                together, so more may come); None waits for every env in flight.
+            timeout: Seconds to wait; None uses the vector env's timeout.
+
+        Returns:
+            Batched ``(obs, rewards, terminated, truncated, infos)`` of the envs received, in
+            ascending env order; ``infos["env_id"]`` holds their env ids (as envpool does). An
+            env back from `async_reset` has reward 0 and is not done.
+        """
+        env_ids: list[int] = []
+        obs_batches, rewards, terminated, truncated = [], [], [], []
+        info_items: list[tuple[int, list[dict[str, Any]]]] = []
+        for actor, envs, op, result in self._vec._recv_actors(batch_size, timeout):
+            if op == "reset":
+                obs, worker_infos = result
+                none = np.zeros(len(envs), dtype=np.bool_)
+                result = (obs, np.zeros(len(envs)), none, none.copy(), worker_infos)
+            obs, reward, term, trunc, worker_infos = result
+            env_ids.extend(envs)
+            obs_batches.append(obs)
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
+            start = self._bounds[actor][0]
+            info_items.extend((start + k, parts) for k, parts in worker_infos.items())
+            self._finished[list(envs)] = np.logical_or(term, trunc)
+        order = np.argsort(env_ids, kind="stable")
+        ids = np.asarray(env_ids, dtype=np.int64)[order]
+        row_of = {int(env): row for row, env in enumerate(ids)}
+        infos: dict[str, Any] = {}
+        for env, parts in sorted(info_items, key=lambda item: item[0]):
+            for part in parts:
+                infos = _add_row_info(infos, part, row_of[env], len(ids))
+        infos["env_id"] = ids
+        observations = join_batches(self.single_observation_space, obs_batches)
+        return (
+            take(self.single_observation_space, observations, order.tolist()),
+            np.concatenate(rewards)[order],
+            np.concatenate(terminated)[order],
+            np.concatenate(truncated)[order],
+            infos,
+        )
 
     def render(self) -> tuple[Any, ...]:
         """Return the frame of each env (its ``render()``)."""
@@ -206,7 +303,11 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every env and kill the worker actors."""
-        self._vec.close()
+        vec = getattr(
+            self, "_vec", None
+        )  # None if __init__ failed (gymnasium 1.2 closes in __del__)
+        if vec is not None:
+            vec.close()
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         if seed is None and self._initial_seed is not None:
@@ -223,6 +324,16 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
                 )
             return list(seed)
         raise TypeError(f"`seed` must be None, an int or one seed per env, got {seed!r}.")
+
+    def _check_not_finished(self, envs: Iterable[int]) -> None:
+        if self.autoreset_mode != AutoresetMode.DISABLED:
+            return
+        finished = [env for env in envs if self._finished[env]]
+        if finished:
+            raise ValueError(
+                f"env(s) {finished} finished their episode and `autoreset_mode` is DISABLED; "
+                "reset them first with `reset(options={'reset_mask': mask})`."
+            )
 
     def _check_reset_mask(self, mask: Any) -> np.ndarray:
         if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
@@ -246,6 +357,34 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             for part in parts:
                 infos = self._add_info(infos, part, start + k)
         return infos
+
+
+def _add_row_info(
+    infos: dict[str, Any], info: dict[str, Any], row: int, size: int
+) -> dict[str, Any]:
+    """Add one env's `info` at `row` of a batch of `size`, as gymnasium's ``_add_info`` does."""
+    for key, value in info.items():
+        if key == "final_obs":
+            array = infos.get(key)
+            if array is None:
+                array = np.full(size, fill_value=None, dtype=object)
+            array[row] = value
+        elif isinstance(value, dict):
+            array = _add_row_info(infos.get(key, {}), value, row, size)
+        else:
+            array = infos.get(key)
+            if array is None:
+                if type(value) in (int, float, bool) or issubclass(type(value), np.number):
+                    array = np.zeros(size, dtype=type(value))
+                elif isinstance(value, np.ndarray):
+                    array = np.zeros((size, *value.shape), dtype=value.dtype)
+                else:
+                    array = np.full(size, fill_value=None, dtype=object)
+            array[row] = value
+        mask = infos.get(f"_{key}", np.zeros(size, dtype=np.bool_))
+        mask[row] = True
+        infos[key], infos[f"_{key}"] = array, mask
+    return infos
 
 
 def make_vector_env(

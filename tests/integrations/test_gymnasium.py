@@ -235,3 +235,75 @@ def test_gymnasium_env_checker_passes_on_a_remote_env():
         env = RemoteEnv(env_fn)
         check_env(env, skip_render_check=True)
         env.close()
+
+
+def test_step_async_step_wait_equal_step():
+    """step_async + step_wait give what step gives; misuse is a clear error."""
+    ours = GymnasiumVectorEnv([ENV_FNS["DictObs"]] * 3, envs_per_worker=2)
+    theirs = SyncVectorEnv([ENV_FNS["DictObs"]] * 3)
+    assert_same(ours.reset(seed=1), theirs.reset(seed=1))
+    for _ in range(5):
+        actions = np.array([0, 1, 2])
+        ours.step_async(actions)
+        with pytest.raises(RuntimeError, match=r"`step_async` was called while a `step_async`"):
+            ours.step_async(actions)
+        assert_same(ours.step_wait(), theirs.step(actions))
+    with pytest.raises(RuntimeError, match=r"`step_wait` was called without a `step_async`"):
+        ours.step_wait()
+    ours.close()
+
+
+@pytest.mark.parametrize("envs_per_worker", [1, 2])
+def test_first_ready_rows_match_each_env_stepped_alone(envs_per_worker):
+    """send/recv rows, tagged with infos["env_id"], equal each env stepped on its own."""
+    num_envs, rounds = 4, 8
+    ours = GymnasiumVectorEnv([DictObsEnv] * num_envs, envs_per_worker=envs_per_worker)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 3, size=(num_envs, rounds))
+    expected = []
+    for env_id in range(num_envs):
+        alone = SyncVectorEnv([DictObsEnv])
+        rows = [alone.reset(seed=10 + env_id)]
+        rows += [alone.step(actions[env_id, t : t + 1]) for t in range(rounds)]
+        expected.append(rows)
+    ours.async_reset(seed=10)
+    got: list[list] = [[] for _ in range(num_envs)]
+    sent = [0] * num_envs
+    while any(len(g) < rounds + 1 for g in got):
+        obs, rewards, terminated, truncated, infos = ours.recv(batch_size=1)
+        ids = infos["env_id"]
+        assert list(ids) == sorted(ids)
+        for row, env_id in enumerate(ids):
+            got[env_id].append(
+                (obs["position"][row], rewards[row], terminated[row], truncated[row])
+            )
+        again = [int(e) for e in ids if sent[e] < rounds]
+        if again:
+            ours.send(np.array([actions[e, sent[e]] for e in again]), again)
+            for e in again:
+                sent[e] += 1
+    for env_id in range(num_envs):
+        reset_obs = expected[env_id][0][0]["position"][0]
+        np.testing.assert_array_equal(got[env_id][0][0], reset_obs)
+        assert got[env_id][0][1:] == (0.0, False, False)
+        for t in range(rounds):
+            obs, reward, term, trunc, _ = expected[env_id][t + 1]
+            np.testing.assert_array_equal(got[env_id][t + 1][0], obs["position"][0])
+            assert got[env_id][t + 1][1:] == (reward[0], term[0], trunc[0])
+    with pytest.raises(RuntimeError, match=r"`recv` was called with nothing in flight"):
+        ours.recv()
+    ours.close()
+
+
+def test_first_ready_infos_are_batched_per_row():
+    """Infos of a recv batch are arrays over its rows with `_key` masks, like gymnasium's."""
+    ours = GymnasiumVectorEnv([DictObsEnv] * 3, envs_per_worker=1)
+    ours.reset(seed=0)
+    ours.send(np.array([1, 1]), [2, 0])
+    obs, _, _, _, infos = ours.recv()
+    assert list(infos["env_id"]) == [0, 2]
+    assert infos["distance"].shape == (2,)
+    assert infos["_distance"].tolist() == [True, True]
+    assert infos["nested"]["even"].dtype == np.bool_
+    assert obs["position"].shape == (2, 2)
+    ours.close()
