@@ -49,3 +49,18 @@ class CpuBoundEnv(gym.Env[np.ndarray, int]):
         self.steps += 1
         obs = np.full(4, (value % 100) / 100.0, dtype=np.float32)
         return obs, 1.0, False, self.steps >= 200, {}
+
+
+class VariableCostEnv(CpuBoundEnv):
+    """Like `CpuBoundEnv`, but each step's work is drawn from ``low``..``high`` milliseconds."""
+
+    def __init__(self, iterations_per_ms: int, low: float = 0.2, high: float = 2.0) -> None:
+        super().__init__(iterations_per_ms)
+        self.low, self.high = low, high
+
+    def step(self, action: int):
+        cost = self.np_random.uniform(self.low, self.high)
+        value = burn(int(self.iterations * cost))
+        self.steps += 1
+        obs = np.full(4, (value % 100) / 100.0, dtype=np.float32)
+        return obs, 1.0, False, self.steps >= 200, {}

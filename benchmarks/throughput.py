@@ -29,6 +29,7 @@ import numpy as np
 import ray
 
 from benchmarks.envs import CpuBoundEnv, calibrate
+from benchmarks.report import write_section
 from ray_multiprocess_env import GymAPIBridge, GymnasiumVectorEnv
 from ray_multiprocess_env.bench import measure_steps_per_second
 
@@ -212,7 +213,7 @@ def _markdown(rows: list[Row], command: str, iterations: int, seconds: float) ->
         platform.processor(),
     )
     out = [
-        "# Benchmarks",
+        "## Throughput against gymnasium, stable-baselines3 and pfrl",
         "",
         "Env steps per second (higher is better) of every vector env on the same envs and the",
         "same pre-drawn random actions, each run for about "
@@ -230,11 +231,11 @@ def _markdown(rows: list[Row], command: str, iterations: int, seconds: float) ->
         f"{MAX_PROCESSES} envs; one Ray actor per env up to {MAX_RAY_ACTORS} envs "
         "(each actor is a full Python process).",
         "",
-        "## Targets",
+        "### Targets",
         "",
         *_targets(rows),
         "",
-        "## Results",
+        "### Results",
         "",
         "| env | implementation | envs | env steps/s | x raw loop |",
         "|---|---|---:|---:|---:|",
@@ -306,11 +307,10 @@ def main() -> None:
     )
     ray.shutdown()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     command = "python -m benchmarks.throughput" + (
         f" --seconds {args.seconds:g}" if args.seconds != 3.0 else ""
     )
-    out.write_text(_markdown(rows, command, iterations, args.seconds), encoding="utf-8")
+    write_section(out, "throughput", _markdown(rows, command, iterations, args.seconds))
     _plot(rows, out.with_suffix(".png"))
     log(f"wrote {out} and {out.with_suffix('.png')}")
 

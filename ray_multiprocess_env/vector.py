@@ -399,6 +399,8 @@ class RayVectorEnv:
         if self._closed:
             return
         self._closed = True
+        if not ray.is_initialized():  # Ray is gone (e.g. at interpreter exit), and the actors too
+            return
         try:
             # Envs built by factories are env objects and have `close`; a plain actor may not.
             args: list[tuple[Any, ...] | None] = [
