@@ -20,10 +20,15 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
 from ray_multiprocess_env.errors import EnvCrashedError, RemoteEnvError, _EnvFailures
 
-__all__ = ["ActorGroup", "Call", "FanOut"]
+__all__ = ["ActorGroup", "Call", "FanOut", "user_name"]
 
 #: Seconds a failed call waits for its other actors before raising (bounded by ``timeout``).
 _ERROR_GRACE_S = 10.0
+
+
+def user_name(method: str) -> str:
+    """The name users know a worker method by, for messages (``step_batch`` is ``step``)."""
+    return method.removesuffix("_batch")
 
 
 class ActorGroup(NamedTuple):
@@ -102,7 +107,7 @@ class FanOut:
         """Call `method` once per actor whose args are not None; one result per actor."""
         calls = [Call(g, method, a) for g, a in enumerate(args_per_actor) if a is not None]
         results: list[Any] = [None] * len(self.groups)
-        for call, result in zip(calls, self.run(method, calls), strict=True):
+        for call, result in zip(calls, self.run(user_name(method), calls), strict=True):
             results[call.group] = result
         return results
 

@@ -1,7 +1,9 @@
-"""`RayVectorEnv`: step many env actors as one vector env, with pfrl's interface.
+"""`RayVectorEnv`: many env actors stepped as one vector env, with pfrl's interface.
 
-This module is the one fan-out engine of the package: it launches one remote call per env, waits
-once (with a timeout), re-orders the results by env index and unzips tuple results.
+Besides pfrl's ``step``/``reset(mask)``/``seed``/``close`` it has ``call``/``get_attr``/
+``set_attr``, ``step_async``/``step_wait`` and first-ready ``send``/``recv``. Every remote call
+goes through the fan-out engine in `fanout.py` (one call per actor, one wait, errors by env
+index); results are unzipped into per-field tuples.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 from ray.actor import ActorHandle
 
 from ray_multiprocess_env.errors import ClosedEnvError, RemoteEnvError
-from ray_multiprocess_env.fanout import ActorGroup, Call, FanOut
+from ray_multiprocess_env.fanout import ActorGroup, Call, FanOut, user_name
 from ray_multiprocess_env.inflight import InFlight
 from ray_multiprocess_env.integrations.pfrl import register_pfrl_vector_env
 from ray_multiprocess_env.workers import WORKER_ENV_METHODS, start_workers
@@ -573,10 +575,27 @@ class RayVectorEnv:
         self._check_open(method)
         calls, refs = launched
         results: list[Any] = [None] * len(self._groups)
-        gathered = self._fanout.gather(method, calls, refs, timeout=timeout)
+        gathered = self._fanout.gather(user_name(method), calls, refs, timeout=timeout)
         for call, result in zip(calls, gathered, strict=True):
             results[call.group] = result
         return results
+
+    def _describe_workers(self) -> dict[str, Any]:
+        """Spaces, metadata and render mode of the envs, checked to be the same in every worker.
+
+        Raises:
+            ValueError: If two workers' envs have different spaces (names the env).
+        """
+        descriptions = self._call_actors("describe", [()] * len(self._groups))
+        first: dict[str, Any] = descriptions[0]
+        for group, description in zip(self._groups, descriptions, strict=True):
+            for space in ("observation_space", "action_space"):
+                if description[space] != first[space]:
+                    raise ValueError(
+                        f"env {group.start} has {space} {description[space]} but env 0 has "
+                        f"{first[space]}; every env of a vector env needs the same spaces."
+                    )
+        return first
 
     def _send_actors(
         self,

@@ -89,15 +89,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             self.action_space.seed(int(seed))
 
     def _describe_envs(self) -> None:
-        descriptions = self._vec._call_actors("describe", [()] * len(self._vec.remote_envs))
-        first = descriptions[0]
-        for envs, description in zip(self._vec.env_slices, descriptions, strict=True):
-            for space in ("observation_space", "action_space"):
-                if description[space] != first[space]:
-                    raise ValueError(
-                        f"env {envs.start} has {space} {description[space]} but env 0 has "
-                        f"{first[space]}; every env of a vector env needs the same spaces."
-                    )
+        first = self._vec._describe_workers()
         self.num_envs = self._vec.num_envs
         self.single_observation_space = first["observation_space"]
         self.single_action_space = first["action_space"]

@@ -65,7 +65,11 @@ class SB3VecEnv(VecEnv):
             timeout=timeout,
             autoreset_mode=AutoresetMode.SAME_STEP,
         )
-        description = self._vec._call_actors("describe", [()] * len(self._vec.remote_envs))[0]
+        try:
+            description = self._vec._describe_workers()
+        except BaseException:
+            self._vec.close()
+            raise
         self._bounds = [(s.start, s.stop) for s in self._vec.env_slices]
         self._actions: Any = None
         super().__init__(

@@ -167,7 +167,7 @@ def test_env_error_names_the_global_env_index():
     """An env raising inside a worker names its global index; the others step on."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
     envs.reset()
-    with pytest.raises(RemoteEnvError, match=r"env 3 failed in `step_batch`: ValueError") as info:
+    with pytest.raises(RemoteEnvError, match=r"env 3 failed in `step`: ValueError") as info:
         envs.step(np.array([1, 1, 1, -1]))
     assert info.value.env_indices == (3,)
     assert "negative action -1" in info.value.remote_traceback
