@@ -1,9 +1,10 @@
-"""Classes defined in a real Jupyter kernel cell work as actors (executed with nbclient)."""
+"""Notebooks run in a real Jupyter kernel (nbclient): notebooks/ and notebook-defined actors."""
 
 from __future__ import annotations
 
 import os
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -12,14 +13,23 @@ from nbclient import NotebookClient
 pytestmark = pytest.mark.slow
 
 
-def _execute(cells: list[str], ray_address: str) -> nbformat.NotebookNode:
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(textwrap.dedent(c).strip()) for c in cells]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def _execute(
+    cells: list[str] | nbformat.NotebookNode, ray_address: str, cwd: Path | None = None
+) -> nbformat.NotebookNode:
+    if isinstance(cells, list):
+        notebook = nbformat.v4.new_notebook()
+        notebook.cells = [nbformat.v4.new_code_cell(textwrap.dedent(c).strip()) for c in cells]
+        notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    else:
+        notebook = cells
     old = os.environ.get("RAY_ADDRESS")
     os.environ["RAY_ADDRESS"] = ray_address  # the kernel joins the test session's cluster
+    resources = {"metadata": {"path": str(cwd)}} if cwd else {}
     try:
-        NotebookClient(notebook, timeout=240, kernel_name="python3").execute()
+        NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources).execute()
     finally:
         if old is None:
             os.environ.pop("RAY_ADDRESS")
@@ -172,4 +182,22 @@ def test_seed_notebook_flow_with_gymnasium(ray_address):
     assert "(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)" in _text(notebook.cells[12])
     assert "(False, False, False, False, False, False, False, False, False, False)" in _text(
         notebook.cells[12]
+    )
+
+
+def test_every_notebook_is_committed_with_outputs_cleared():
+    """The notebooks in notebooks/ carry no outputs (so no large embedded images)."""
+    assert len(NOTEBOOKS) >= 6
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        for cell in notebook.cells:
+            assert cell.get("outputs", []) == [], f"{path.name} has outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path, ray_address):
+    """Each notebook in notebooks/ runs top to bottom in a fresh kernel without a cell error."""
+    notebook = _execute(nbformat.read(path, as_version=4), ray_address, cwd=path.parent)
+    assert all(
+        cell.get("outputs") is not None for cell in notebook.cells if cell.cell_type == "code"
     )
