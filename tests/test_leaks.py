@@ -1,0 +1,59 @@
+"""Closing vector envs frees what they took: actors, worker processes and CPU reservations."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import psutil
+import pytest
+import ray
+
+from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
+
+pytestmark = pytest.mark.slow
+
+
+def _alive_actors() -> int:
+    # Ray's state API needs the dashboard, which the test session runs without; the GCS actor
+    # table is what it reads.
+    table = ray._private.state.state.actor_table(None)
+    return sum(1 for actor in table.values() if actor["State"] == "ALIVE")
+
+
+def _env_worker_processes() -> int:
+    count = 0
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if cmdline.startswith("ray::EnvWorker"):
+            count += 1
+    return count
+
+
+def _wait_for(predicate, within: float = 60.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return predicate()
+
+
+def test_fifty_vector_envs_leave_nothing_behind():
+    """Creating and closing 50 vector envs returns actors, processes and CPUs to baseline."""
+    actors, processes = _alive_actors(), _env_worker_processes()
+    cpus = ray.available_resources().get("CPU", 0.0)
+    make = [lambda: gym.make("CartPole-v1")] * 2
+    for i in range(50):
+        options = {"num_cpus": 0.25}
+        if i % 2:
+            vec = RayVectorEnv.from_env_fns(make, envs_per_actor=1, actor_options=options)
+            vec.reset()
+            vec.close()
+        else:
+            envs = GymnasiumVectorEnv(make, envs_per_worker=1, actor_options=options)
+            envs.reset(seed=i)
+            envs.close()
+    assert _wait_for(lambda: _alive_actors() <= actors), _alive_actors()
+    assert _wait_for(lambda: _env_worker_processes() <= processes), _env_worker_processes()
+    assert _wait_for(lambda: ray.available_resources().get("CPU", 0.0) >= cpus)
