@@ -10,7 +10,7 @@ and the method, chained to Ray's error.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -59,12 +59,23 @@ class FanOut:
     Args:
         groups: The actors, in env order; their env ranges tile ``0..num_envs-1``.
         timeout: Seconds to wait for all results of one call, or None.
+        recover: If given, called as ``recover(label, call)`` for each call whose actor died;
+            it restarts the actor and returns the call's result (the restart policy). Env
+            exceptions are raised all the same. With it, `replace` (set by the vector env)
+            restarts the actors that outlive a timeout.
     """
 
-    def __init__(self, groups: Sequence[ActorGroup], timeout: float | None) -> None:
-        self.groups = tuple(groups)
+    def __init__(
+        self,
+        groups: list[ActorGroup],
+        timeout: float | None,
+        recover: Callable[[str, Call], Any] | None = None,
+    ) -> None:
+        self.groups = groups  # shared with the vector env: a restarted actor replaces its entry
         self.num_envs = self.groups[-1].stop
         self.timeout = timeout
+        self.recover = recover
+        self.replace: Callable[[int], None] | None = None
         self._has_method: dict[str, list[bool]] = {}
 
     def per_env(
@@ -179,12 +190,31 @@ class FanOut:
                 if ref not in ready
                 for i in self.envs_of(call)
             ]
+            if self.replace is None:
+                raise TimeoutError(
+                    f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
+                    "Raise `timeout` if the env is slow, or close this vector env."
+                ) from err
+            for group in sorted(
+                {c.group for c, r in zip(calls, refs, strict=True) if r not in ready}
+            ):
+                self.replace(group)
             raise TimeoutError(
-                f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
-                "Raise `timeout` if the env is slow, or close this vector env."
+                f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. Their "
+                "worker(s) were restarted and those envs reset (on_actor_failure='restart'): "
+                "treat their episodes as truncated; the vector env can be used again."
             ) from err
         except RayError as err:
-            raise self._remote_error(label, calls, refs, err) from err
+            failures = self._failures(calls, refs)
+            crashed = {i for i, _, error in failures if isinstance(error, RayActorError)}
+            if self.recover is None or not crashed or len(crashed) < len(failures):
+                raise self._remote_error(label, calls, failures, err) from err
+        results = []
+        for i, (call, ref) in enumerate(zip(calls, refs, strict=True)):
+            results.append(
+                self.recover(label, call) if i in crashed else ray.get(ref, timeout=timeout)
+            )
+        return results
 
     def _submit(self, call: Call) -> Any:
         group = self.groups[call.group]
@@ -244,15 +274,16 @@ class FanOut:
         group = self.groups[call.group]
         return range(group.start, group.stop)
 
-    def _remote_error(
-        self, label: str, calls: Sequence[Call], refs: list[Any], err: RayError
-    ) -> RemoteEnvError:
+    def _failures(
+        self, calls: Sequence[Call], refs: list[Any]
+    ) -> list[tuple[int, list[int], BaseException]]:
+        """``(call position, env indices, error)`` for each call of a failed wait that raised."""
         # Give the other calls a bounded moment to finish, so every failure of this call is
         # named and no env is still busy with it when the error reaches the user.
         grace = _ERROR_GRACE_S if self.timeout is None else min(self.timeout, _ERROR_GRACE_S)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=grace)
-        failed: list[tuple[list[int], BaseException]] = []
-        for call, ref in zip(calls, refs, strict=True):
+        failed: list[tuple[int, list[int], BaseException]] = []
+        for i, (call, ref) in enumerate(zip(calls, refs, strict=True)):
             if ref in ready:
                 try:
                     ray.get(ref, timeout=0)
@@ -263,7 +294,17 @@ class FanOut:
                         if isinstance(cause, _EnvFailures)
                         else list(self.envs_of(call))
                     )
-                    failed.append((envs, error))
+                    failed.append((i, envs, error))
+        return failed
+
+    def _remote_error(
+        self,
+        label: str,
+        calls: Sequence[Call],
+        failures: list[tuple[int, list[int], BaseException]],
+        err: RayError,
+    ) -> RemoteEnvError:
+        failed = [(envs, error) for _, envs, error in failures]
         if not failed:  # pragma: no cover - the failure that raised is always among them
             failed = [(list(self.envs_of(calls[0])), err)]
         first_envs, first_error = failed[0]

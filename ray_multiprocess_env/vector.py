@@ -8,6 +8,7 @@ index); results are unzipped into per-field tuples.
 
 from __future__ import annotations
 
+import functools
 import logging
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -72,6 +73,9 @@ class RayVectorEnv:
             answers (a dead actor is still detected). On expiry a `TimeoutError` names the
             envs that did not answer. The first call also waits for the actors to start.
         kill_on_close: Whether `close` kills the actors after closing their envs.
+        check_actions: Check every action against the env's action space on the driver before
+            sending it; an action outside it raises `ValueError` naming the env (costs one
+            ``contains`` per action, so off by default).
 
     Example:
         >>> import gymnasium as gym
@@ -94,6 +98,7 @@ class RayVectorEnv:
         *,
         timeout: float | None = None,
         kill_on_close: bool = True,
+        check_actions: bool = False,
     ) -> None:
         if isinstance(actors, (str, bytes)) or not isinstance(actors, Iterable):
             raise TypeError(
@@ -111,6 +116,7 @@ class RayVectorEnv:
                 )
         groups = [ActorGroup(actor, i, i + 1, batched=False) for i, actor in enumerate(actors)]
         self._setup(groups, timeout=timeout, kill_on_close=kill_on_close)
+        self._check_actions = check_actions
 
     @classmethod
     def from_env_fns(
@@ -121,6 +127,8 @@ class RayVectorEnv:
         actor_options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         autoreset_mode: str | AutoresetMode = "next_step",
+        on_actor_failure: str = "raise",
+        check_actions: bool = False,
     ) -> Self:
         """Build the envs from factories inside worker actors holding `envs_per_actor` each.
 
@@ -133,7 +141,13 @@ class RayVectorEnv:
             envs_per_actor: How many envs each worker actor holds (the last may hold fewer).
             actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
             timeout: As for the constructor.
+            check_actions: As for the constructor.
             autoreset_mode: Used by the gymnasium adapter's batched stepping only.
+            on_actor_failure: ``"raise"`` (an actor that dies raises `EnvCrashedError` naming
+                its envs) or ``"restart"`` (a new worker is started from the same factories,
+                its envs come back freshly reset, and the call returns them as truncated:
+                gymnasium envs with ``truncated=True``, old-gym envs with ``done=True`` and
+                ``info["needs_reset"] = True``; ``info["env_crashed"] = True`` either way).
 
         Example:
             >>> import gymnasium as gym
@@ -144,29 +158,101 @@ class RayVectorEnv:
             4 2
         """
         _check_timeout(timeout)
-        groups = start_workers(
-            env_fns,
-            envs_per_actor,
+        if on_actor_failure not in ("raise", "restart"):
+            raise ValueError(
+                f"`on_actor_failure` must be 'raise' or 'restart', got {on_actor_failure!r}."
+            )
+        start = functools.partial(
+            start_workers,
             actor_options=actor_options,
             autoreset_mode=autoreset_mode,
             argument="envs_per_actor",
         )
+        groups = start(env_fns, envs_per_actor)
         vec = cls.__new__(cls)
         vec._setup(groups, timeout=timeout, kill_on_close=True)
+        vec._check_actions = check_actions
+        if on_actor_failure == "restart":
+            env_fns = list(env_fns)
+
+            def respawn(group: ActorGroup) -> ActorGroup:
+                (new,) = start(
+                    env_fns[group.start : group.stop],
+                    group.stop - group.start,
+                    first_index=group.start,
+                )
+                return new
+
+            vec._respawn = respawn
+            vec._fanout.recover = vec._recover
+            vec._fanout.replace = vec._replace_hung
         return vec
+
+    def _replace_hung(self, group_index: int) -> None:
+        """Kill a worker that outlived a timeout, start it again and reset its envs."""
+        assert self._respawn is not None
+        old = self._groups[group_index]
+        logger.warning(
+            "The worker of env(s) %s did not answer in time; restarting it.",
+            list(range(old.start, old.stop)),
+        )
+        ray.kill(old.actor)
+        self._groups[group_index] = self._respawn(old)
+        count = old.stop - old.start
+        recover, self._fanout.recover = self._fanout.recover, None
+        replace, self._fanout.replace = self._fanout.replace, None
+        try:
+            reset = Call(group_index, "apply", ("reset", [()] * count, [{}] * count))
+            results = self._fanout.run("reset", [reset])[0]
+        finally:
+            self._fanout.recover, self._fanout.replace = recover, replace
+        for k, result in enumerate(results):
+            is_pair = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)
+            self._last_obs[old.start + k] = result[0] if is_pair else result
+
+    def _recover(self, label: str, call: Call) -> Any:
+        """Restart the dead worker of `call` from its factories; the call's result after that."""
+        assert self._respawn is not None
+        old = self._groups[call.group]
+        logger.warning(
+            "The worker of env(s) %s died in `%s`; restarting it.",
+            list(range(old.start, old.stop)),
+            label,
+        )
+        ray.kill(old.actor)
+        self._groups[call.group] = self._respawn(old)
+        recover, self._fanout.recover = self._fanout.recover, None  # a second death raises
+        try:
+            if call.method == "apply" and call.args[0] == "step":
+                env_args = call.args[1]
+                reset_args = [None if a is None else () for a in env_args]
+                retry = Call(call.group, "apply", ("reset", reset_args, [{}] * len(env_args)))
+                resets = self._fanout.run(label, [retry])[0]
+                return [
+                    None if a is None else _crashed_step(r)
+                    for a, r in zip(env_args, resets, strict=True)
+                ]
+            if call.method == "step_batch":
+                positions = call.args[1] if len(call.args) > 1 else None
+                return self._fanout.run(label, [Call(call.group, "recover_step", (positions,))])[0]
+            return self._fanout.run(label, [call])[0]
+        finally:
+            self._fanout.recover = recover
 
     def _setup(
         self, groups: list[ActorGroup], *, timeout: float | None, kill_on_close: bool
     ) -> None:
         _check_timeout(timeout)
-        self._groups = tuple(groups)
+        self._groups = list(groups)
         self._num_envs = groups[-1].stop
-        self._fanout = FanOut(groups, None if timeout is None else float(timeout))
+        self._fanout = FanOut(self._groups, None if timeout is None else float(timeout))
+        self._respawn: Callable[[ActorGroup], ActorGroup] | None = None
         self._kill_on_close = kill_on_close
         self._last_obs: list[Any] = [_NO_OBS] * self._num_envs
         self._next_seeds: list[int | None] = [None] * self._num_envs
         self._reset_gives_info = False
         self._attr_cache: dict[str, Any] = {}
+        self._check_actions = False
         self._pending_step: tuple[list[Call], list[Any]] | None = None
         self._in_flight = InFlight(self._fanout)
         self._closed = False
@@ -193,6 +279,7 @@ class RayVectorEnv:
         self._check_open("step_async")
         self._check_length("actions", actions, "one action per env")
         self._check_idle("step_async")
+        self._check_in_space(actions, range(self.num_envs))
         calls = self._fanout.per_env_calls("step", [(action,) for action in actions])
         self._pending_step = (calls, self._fanout.launch(calls))
 
@@ -248,6 +335,7 @@ class RayVectorEnv:
                     f"env {env} already has an action in flight; `recv` its result before "
                     "sending it another."
                 )
+        self._check_in_space(actions, env_ids)
         args: list[tuple[Any, ...] | None] = [None] * self.num_envs
         for env, action in zip(env_ids, actions, strict=True):
             args[env] = (action,)
@@ -650,6 +738,17 @@ class RayVectorEnv:
                 "it on the actor class."
             )
 
+    def _check_in_space(self, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
+        if not self._check_actions:
+            return
+        space = self.action_space
+        for position, (env, action) in enumerate(zip(env_ids, actions, strict=True)):
+            if not space.contains(action):
+                raise ValueError(
+                    f"`actions[{position}]` = {action!r} for env {env} is outside the action "
+                    f"space {space}; pass an action that `action_space.contains`."
+                )
+
     def _check_idle(self, method: str) -> None:
         if self._pending_step is not None:
             raise RuntimeError(
@@ -733,3 +832,15 @@ def _check_timeout(timeout: Any) -> None:
         raise ValueError(
             f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
         )
+
+
+def _crashed_step(reset_result: Any) -> tuple[Any, ...]:
+    """A step result for an env whose worker died and came back reset: truncated, reward 0."""
+    if (
+        isinstance(reset_result, tuple)
+        and len(reset_result) == 2
+        and isinstance(reset_result[1], dict)
+    ):
+        obs, info = reset_result
+        return (obs, 0.0, False, True, {**info, "env_crashed": True})
+    return (reset_result, 0.0, True, {"needs_reset": True, "env_crashed": True})

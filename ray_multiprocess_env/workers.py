@@ -9,6 +9,7 @@ names the global env index.
 from __future__ import annotations
 
 import numbers
+import os
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -226,6 +227,43 @@ class EnvWorker:
             infos,
         )
 
+    def recover_step(
+        self, positions: Sequence[int] | None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]:
+        """A `step_batch` result for this fresh worker standing in for one that died.
+
+        Resets every env, and reports the envs at `positions` (all if None) as truncated with
+        reward 0 and ``info["env_crashed"] = True``, in the shape `autoreset_mode` asks for
+        (``final_obs``/``final_info`` in SAME_STEP; in NEXT_STEP the next step resets them).
+        """
+        index = list(range(len(self.envs)) if positions is None else positions)
+        reset_infos = {}
+        for k, env in enumerate(self.envs):
+            self._obs[k], reset_infos[k] = env.reset()
+        infos: dict[int, list[dict[str, Any]]] = {}
+        for k in index:
+            self._rewards[k] = 0.0
+            self._terminations[k], self._truncations[k] = False, True
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                final = {"final_obs": self._obs[k], "final_info": {"env_crashed": True}}
+                infos[k] = [final, reset_infos[k]] if reset_infos[k] else [final]
+            else:
+                infos[k] = [{**reset_infos[k], "env_crashed": True}]
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._autoreset[index] = True
+        observations = stack(self.envs[0].observation_space, [self._obs[k] for k in index])
+        return (
+            observations,
+            self._rewards[index],
+            self._terminations[index],
+            self._truncations[index],
+            infos,
+        )
+
+    def pid(self) -> int:
+        """The worker's process id (for monitoring, and for tests that kill it)."""
+        return os.getpid()
+
     # -- helpers ------------------------------------------------------------------------------
     def _stacked_obs(self) -> Any:
         self._obs_batch = stack(self.envs[0].observation_space, self._obs, self._obs_batch)
@@ -243,11 +281,13 @@ def start_workers(
     actor_options: Mapping[str, Any] | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     argument: str = "envs_per_worker",
+    first_index: int = 0,
 ) -> list[ActorGroup]:
     """Start `EnvWorker` actors holding `envs_per_worker` envs each (the last may hold fewer).
 
     Starts a local Ray runtime first if none is running. `argument` is the name the caller's
-    users know `envs_per_worker` by, for error messages.
+    users know `envs_per_worker` by, for error messages; `first_index` is the global index of
+    the first env (when restarting one worker of a vector env).
 
     Raises:
         TypeError: If `env_fns` is not a list of callables, an option has the wrong type, or a
@@ -269,7 +309,11 @@ def start_workers(
     for start in range(0, len(factories), per_worker):
         stop = min(start + per_worker, len(factories))
         try:
-            actor = worker_class.remote(factories[start:stop], list(range(start, stop)), mode.value)
+            actor = worker_class.remote(
+                factories[start:stop],
+                list(range(first_index + start, first_index + stop)),
+                mode.value,
+            )
         except Exception as err:
             for group in groups:
                 ray.kill(group.actor)
@@ -282,7 +326,7 @@ def start_workers(
                 "function or `functools.partial`, with no open files, locks or sockets in "
                 "closures. Ray's diagnosis is in this error's `__cause__`."
             ) from err
-        groups.append(ActorGroup(actor, start, stop, batched=True))
+        groups.append(ActorGroup(actor, first_index + start, first_index + stop, batched=True))
     return groups
 
 

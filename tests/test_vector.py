@@ -447,3 +447,19 @@ def test_workers_split_envs_and_report_their_slices():
         assert vec.get_attr("count") == (0, 1, 2, 3, 4)
         assert vec.call("count") == (0, 1, 2, 3, 4)
         assert vec.action_space == gym.spaces.Discrete(3)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_optional_action_space_check(layout):
+    """check_actions=True refuses an action outside the action space, naming the env."""
+    if layout == "actor-per-env":
+        vec = RayVectorEnv([RemoteFlaky.remote() for _ in range(2)], check_actions=True)
+    else:
+        vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_actor=2, check_actions=True)
+    with vec:
+        vec.reset()
+        with pytest.raises(ValueError, match=r"`actions\[1\]` = 7 for env 1 is outside"):
+            vec.step([0, 7])
+        with pytest.raises(ValueError, match=r"`actions\[0\]` = -1 for env 1 is outside"):
+            vec.send([-1], [1])
+        assert [o.item() for o in vec.step([1, 2])[0]] == [1.0, 2.0]

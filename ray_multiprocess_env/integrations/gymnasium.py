@@ -18,7 +18,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, iterate
 
 from ray_multiprocess_env.batch import join_batches, split_batch, take
 from ray_multiprocess_env.compat import as_autoreset_mode
@@ -44,6 +44,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         timeout: Seconds to wait for any one call, or None.
         seed: If given, the first `reset` without a seed seeds env ``i`` with ``seed + i``
             (and the batched action space with ``seed``).
+        on_actor_failure: ``"raise"`` (default: `EnvCrashedError` naming the lost envs) or
+            ``"restart"``: a dead worker is started again from the same factories, and its
+            envs come back freshly reset, reported as truncated with reward 0 and
+            ``infos["env_crashed"]``; the other envs lose nothing.
+        check_actions: Check each env's action against ``single_action_space`` on the driver
+            before sending; an action outside it raises `ValueError` naming the env.
 
     Example:
         >>> import gymnasium as gym
@@ -63,8 +69,11 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         actor_options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         seed: int | None = None,
+        on_actor_failure: str = "raise",
+        check_actions: bool = False,
     ) -> None:
         super().__init__()
+        self._check_actions = check_actions
         self.autoreset_mode = as_autoreset_mode(autoreset_mode)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
             raise TypeError(f"`seed` must be an int or None, got {seed!r}.")
@@ -74,6 +83,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             actor_options=actor_options,
             timeout=timeout,
             autoreset_mode=self.autoreset_mode,
+            on_actor_failure=on_actor_failure,
         )
         try:
             self._describe_envs()
@@ -159,6 +169,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             )
         self._vec._check_idle("step_async")
         self._check_not_finished(range(self.num_envs))
+        self._check_in_space(actions, list(range(self.num_envs)))
         chunks = split_batch(self.single_action_space, actions, self._bounds)
         self._pending = self._vec._launch_actors("step_batch", [(chunk,) for chunk in chunks])
 
@@ -200,6 +211,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         """
         env_ids = self._vec._check_env_ids(env_ids)
         self._check_not_finished(env_ids)
+        self._check_in_space(actions, env_ids)
         args: list[tuple[Any, ...] | None] = []
         envs: list[list[int]] = []
         for start, stop in self._bounds:
@@ -317,6 +329,17 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             return list(seed)
         raise TypeError(f"`seed` must be None, an int or one seed per env, got {seed!r}.")
 
+    def _check_in_space(self, actions: Any, env_ids: Sequence[int]) -> None:
+        if not self._check_actions:
+            return
+        rows = batch_space(self.single_action_space, len(env_ids))
+        for row, (env, action) in enumerate(zip(env_ids, iterate(rows, actions), strict=True)):
+            if not self.single_action_space.contains(action):
+                raise ValueError(
+                    f"the action in row {row} ({action!r}) for env {env} is outside "
+                    f"`single_action_space` {self.single_action_space}."
+                )
+
     def _check_not_finished(self, envs: Iterable[int]) -> None:
         if self.autoreset_mode != AutoresetMode.DISABLED:
             return
@@ -388,6 +411,7 @@ def make_vector_env(
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
     timeout: float | None = None,
+    on_actor_failure: str = "raise",
 ) -> GymnasiumVectorEnv:
     """Make ``num_workers * envs_per_worker`` envs in Ray workers, as one gymnasium vector env.
 
@@ -401,6 +425,7 @@ def make_vector_env(
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
         actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
         timeout: Seconds to wait for any one call, or None.
+        on_actor_failure: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
 
     Example:
         >>> import gymnasium as gym
@@ -427,6 +452,7 @@ def make_vector_env(
         actor_options=actor_options,
         timeout=timeout,
         seed=seed,
+        on_actor_failure=on_actor_failure,
     )
 
 

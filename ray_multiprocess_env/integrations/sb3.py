@@ -39,6 +39,8 @@ class SB3VecEnv(VecEnv):
         envs_per_worker: How many envs each worker actor holds.
         actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
         timeout: Seconds to wait for any one call, or None.
+        on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset,
+            reported done with ``TimeLimit.truncated`` and ``env_crashed`` in their infos).
 
     Example:
         >>> import gymnasium as gym
@@ -57,6 +59,7 @@ class SB3VecEnv(VecEnv):
         envs_per_worker: int = 1,
         actor_options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        on_actor_failure: str = "raise",
     ) -> None:
         self._vec = RayVectorEnv.from_env_fns(
             env_fns,
@@ -64,6 +67,7 @@ class SB3VecEnv(VecEnv):
             actor_options=actor_options,
             timeout=timeout,
             autoreset_mode=AutoresetMode.SAME_STEP,
+            on_actor_failure=on_actor_failure,
         )
         try:
             description = self._vec._describe_workers()
@@ -123,6 +127,11 @@ class SB3VecEnv(VecEnv):
     def close(self) -> None:
         """Close every env and kill the worker actors."""
         self._vec.close()
+
+    @property
+    def remote_envs(self) -> tuple[Any, ...]:
+        """The worker actors."""
+        return self._vec.remote_envs
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         """Each env's ``render()`` frame (``render_mode`` must be ``"rgb_array"``)."""

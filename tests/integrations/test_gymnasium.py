@@ -307,3 +307,15 @@ def test_first_ready_infos_are_batched_per_row():
     assert infos["nested"]["even"].dtype == np.bool_
     assert obs["position"].shape == (2, 2)
     ours.close()
+
+
+def test_optional_action_space_check():
+    """check_actions=True refuses a batched action row outside single_action_space."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=2, check_actions=True)
+    envs.reset()
+    with pytest.raises(ValueError, match=r"row 2 \(np.int64\(5\)\) for env 2 is outside"):
+        envs.step(np.array([0, 1, 5]))
+    with pytest.raises(ValueError, match=r"row 0 .* for env 1 is outside"):
+        envs.send(np.array([9]), [1])
+    envs.step(np.array([0, 1, 2]))
+    envs.close()
