@@ -225,9 +225,12 @@ class RayVectorEnv:
         try:
             if call.method == "apply" and call.args[0] == "step":
                 env_args = call.args[1]
-                reset_args = [None if a is None else () for a in env_args]
-                retry = Call(call.group, "apply", ("reset", reset_args, [{}] * len(env_args)))
+                count = len(env_args)  # reset them all: the new worker's envs start unreset
+                retry = Call(call.group, "apply", ("reset", [()] * count, [{}] * count))
                 resets = self._fanout.run(label, [retry])[0]
+                for k, (a, r) in enumerate(zip(env_args, resets, strict=True)):
+                    if a is None:  # not in this call: keep its fresh observation for masks
+                        self._last_obs[old.start + k] = _crashed_step(r)[0]
                 return [
                     None if a is None else _crashed_step(r)
                     for a, r in zip(env_args, resets, strict=True)
