@@ -26,6 +26,7 @@ import ray
 from benchmarks.envs import VariableCostEnv, calibrate
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
+from ray_multiprocess_env.bench import measure_steps_per_second
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,13 +35,7 @@ def synchronous(envs: GymnasiumVectorEnv, seconds: float) -> float:
     """Env steps/s of `step` with all envs every time."""
     envs.reset(seed=0)
     actions = np.zeros(envs.num_envs, dtype=np.int64)
-    for _ in range(3):
-        envs.step(actions)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        envs.step(actions)
-        steps += envs.num_envs
-    return steps / (time.perf_counter() - start)
+    return measure_steps_per_second(lambda t: envs.step(actions), envs.num_envs, seconds=seconds)
 
 
 def first_ready(envs: GymnasiumVectorEnv, batch_size: int, seconds: float) -> float:

@@ -207,8 +207,7 @@ class RayVectorEnv:
         finally:
             self._fanout.recover, self._fanout.replace = recover, replace
         for k, result in enumerate(results):
-            is_pair = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)
-            self._last_obs[old.start + k] = result[0] if is_pair else result
+            self._last_obs[old.start + k] = _reset_obs(result)
 
     def _recover(self, label: str, call: Call) -> Any:
         """Restart the dead worker of `call` from its factories; the call's result after that."""
@@ -394,8 +393,7 @@ class RayVectorEnv:
             kwargs_per_env[env] = {**kwargs, "seed": self._next_seeds[env]}
         result = self._fanout.per_env("reset", "reset", args, kwargs_per_env)[env]
         self._next_seeds[env] = None
-        is_pair = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)
-        self._last_obs[env] = result[0] if is_pair else result
+        self._last_obs[env] = _reset_obs(result)
         return result
 
     def reset(self, mask: Sequence[Any] | None = None) -> Any:
@@ -429,10 +427,7 @@ class RayVectorEnv:
         results = self._fanout.per_env("reset", "reset", args, kwargs)
         reset_results = [r for r, s in zip(results, skip, strict=True) if not s]
         if reset_results:
-            self._reset_gives_info = all(
-                isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], dict)
-                for r in reset_results
-            )
+            self._reset_gives_info = all(_is_obs_and_info(r) for r in reset_results)
         infos: list[Any] = [{} for _ in range(self.num_envs)]
         for index, (result, skipped) in enumerate(zip(results, skip, strict=True)):
             if skipped:
@@ -793,7 +788,7 @@ class RayVectorEnv:
 
     @staticmethod
     def _reset_as_step(result: Any) -> tuple[Any, ...]:
-        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+        if _is_obs_and_info(result):
             return (result[0], 0.0, False, False, result[1])
         return (result, 0.0, False, {})
 
@@ -839,11 +834,21 @@ def _check_timeout(timeout: Any) -> None:
 
 def _crashed_step(reset_result: Any) -> tuple[Any, ...]:
     """A step result for an env whose worker died and came back reset: truncated, reward 0."""
-    if (
-        isinstance(reset_result, tuple)
-        and len(reset_result) == 2
-        and isinstance(reset_result[1], dict)
-    ):
+    if _is_obs_and_info(reset_result):
         obs, info = reset_result
         return (obs, 0.0, False, True, {**info, "env_crashed": True})
     return (reset_result, 0.0, True, {"needs_reset": True, "env_crashed": True})
+
+
+def _is_obs_and_info(reset_result: Any) -> bool:
+    """Whether a ``reset`` result is gymnasium's ``(obs, info)`` rather than old gym's obs."""
+    return (
+        isinstance(reset_result, tuple)
+        and len(reset_result) == 2
+        and isinstance(reset_result[1], dict)
+    )
+
+
+def _reset_obs(reset_result: Any) -> Any:
+    """The observation of a ``reset`` result, gymnasium's or old gym's."""
+    return reset_result[0] if _is_obs_and_info(reset_result) else reset_result

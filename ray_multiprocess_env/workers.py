@@ -214,18 +214,7 @@ class EnvWorker:
         if failures:
             raise _EnvFailures("step", failures)
         self._autoreset = np.logical_or(self._terminations, self._truncations)
-        if isinstance(positions, range):
-            observations = self._stacked_obs()
-        else:
-            observations = stack(self.envs[0].observation_space, [self._obs[k] for k in positions])
-        index = list(positions)
-        return (
-            observations,
-            self._rewards[index],
-            self._terminations[index],
-            self._truncations[index],
-            infos,
-        )
+        return self._step_result(positions, infos)
 
     def recover_step(
         self, positions: Sequence[int] | None
@@ -251,7 +240,22 @@ class EnvWorker:
                 infos[k] = [{**reset_infos[k], "env_crashed": True}]
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._autoreset[index] = True
-        observations = stack(self.envs[0].observation_space, [self._obs[k] for k in index])
+        return self._step_result(index, infos)
+
+    def pid(self) -> int:
+        """The worker's process id (for monitoring, and for tests that kill it)."""
+        return os.getpid()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _step_result(
+        self, positions: Sequence[int], infos: dict[int, list[dict[str, Any]]]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]:
+        """Observations (stacked), rewards, terminations and truncations of `positions`."""
+        index = list(positions)
+        if index == list(range(len(self.envs))):
+            observations = self._stacked_obs()  # all envs: reuse the batch buffer
+        else:
+            observations = stack(self.envs[0].observation_space, [self._obs[k] for k in index])
         return (
             observations,
             self._rewards[index],
@@ -260,11 +264,6 @@ class EnvWorker:
             infos,
         )
 
-    def pid(self) -> int:
-        """The worker's process id (for monitoring, and for tests that kill it)."""
-        return os.getpid()
-
-    # -- helpers ------------------------------------------------------------------------------
     def _stacked_obs(self) -> Any:
         self._obs_batch = stack(self.envs[0].observation_space, self._obs, self._obs_batch)
         return self._obs_batch
