@@ -146,3 +146,19 @@ def test_multi_agent_dict_envs_pass_through_untouched():
         env_ids, (obs, *_) = vec.recv()
         assert env_ids == [1]
         assert obs[0] == local[1].step({"left": 0, "right": 0})[0]
+
+
+def test_send_refuses_bad_id_types_and_a_pending_step_async():
+    """Non-int env ids and send during a pending step_async are clear errors."""
+    with _flaky_vec(2, "actor-per-env") as vec:
+        vec.reset()
+        with pytest.raises(TypeError, match=r"`env_ids` must be a list of env indices"):
+            vec.send([0], 1)
+        with pytest.raises(TypeError, match=r"`env_ids` must hold ints, got '0'"):
+            vec.send([0], ["0"])
+        vec.step_async([0, 0])
+        with pytest.raises(
+            RuntimeError, match=r"`send` was called while a `step_async` is pending"
+        ):
+            vec.send([0], [0])
+        vec.step_wait()

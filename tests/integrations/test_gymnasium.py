@@ -319,3 +319,11 @@ def test_optional_action_space_check():
         envs.send(np.array([9]), [1])
     envs.step(np.array([0, 1, 2]))
     envs.close()
+
+
+def test_reset_mask_needs_every_worker_reset_once():
+    """A reset_mask that skips a worker never reset asks for a full reset first."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1)
+    with pytest.raises(ValueError, match=r"envs 1\.\.1 were never reset; reset them all first"):
+        envs.reset(options={"reset_mask": np.array([True, False])})
+    envs.close()
