@@ -17,6 +17,7 @@ from ray_multiprocess_env.integrations.gymnasium import (
     vector_entry_point,
 )
 from ray_multiprocess_env.integrations.pfrl import GymAPIBridge
+from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.remote import REMOTE_ENV_METHODS, make_remote_class
 from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime, started_runtime
 from ray_multiprocess_env.vector import RayVectorEnv, unzip
@@ -27,6 +28,7 @@ __all__ = [
     "EnvCrashedError",
     "GymAPIBridge",
     "GymnasiumVectorEnv",
+    "PlacementPlan",
     "RayVectorEnv",
     "RemoteEnv",
     "RemoteEnvError",
@@ -35,6 +37,7 @@ __all__ = [
     "make_remote_class",
     "make_sb3_vec_env",
     "make_vector_env",
+    "plan_placement",
     "shutdown_runtime",
     "started_runtime",
     "unzip",

@@ -50,10 +50,17 @@ class EnvCrashedError(RemoteEnvError):
     """The actor holding an env died (its process crashed, was killed, or its `__init__` failed)."""
 
     def _hint(self) -> str:
-        return (
+        hint = (
             f"The actor of env {self.env_index} is gone and its env state with it; "
             "create a new actor (or a new vector env) to continue."
         )
+        if "ModuleNotFoundError" in self.remote_traceback:
+            hint += (
+                " The worker could not import a module the driver has: install it on every "
+                "node, or ship it with `ray.init(runtime_env={'py_modules': [module]})` (or "
+                "`{'working_dir': '.'}`) before the first env is made."
+            )
+        return hint
 
 
 class ClosedEnvError(RuntimeError):

@@ -2,7 +2,8 @@
 
 The generated class subclasses the user's class and gains one delegating method for every public
 method of a target type (say `gymnasium.wrappers.TimeLimit`), plus ``call``, ``get_attr`` and
-``set_attr`` so that properties such as ``action_space`` are reachable from the driver.
+``set_attr`` so that properties such as ``action_space`` are reachable from the driver, and
+``node_id`` (the Ray node the actor runs on).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ray_multiprocess_env.runtime import start_runtime_on_creation
 __all__ = ["REMOTE_ENV_METHODS", "make_remote_class"]
 
 #: The methods every generated class has on top of the delegated ones.
-REMOTE_ENV_METHODS = ("call", "get_attr", "set_attr")
+REMOTE_ENV_METHODS = ("call", "get_attr", "set_attr", "node_id")
 
 
 def make_remote_class(
@@ -217,8 +218,17 @@ def _make_set_attr(attr_name: str) -> Callable[..., None]:
     return set_attr
 
 
+def _make_node_id(attr_name: str) -> Callable[..., str]:
+    def node_id(self: Any) -> str:
+        """The id of the Ray node this actor runs on (hex)."""
+        return str(ray.get_runtime_context().get_node_id())
+
+    return node_id
+
+
 _BUILTINS: dict[str, Callable[[str], Callable[..., Any]]] = {
     "call": _make_call,
     "get_attr": _make_get_attr,
     "set_attr": _make_set_attr,
+    "node_id": _make_node_id,
 }

@@ -22,7 +22,13 @@ from ray_multiprocess_env.errors import ClosedEnvError, RemoteEnvError
 from ray_multiprocess_env.fanout import ActorGroup, Call, FanOut, user_name
 from ray_multiprocess_env.inflight import InFlight
 from ray_multiprocess_env.integrations.pfrl import register_pfrl_vector_env
-from ray_multiprocess_env.workers import WORKER_ENV_METHODS, start_workers
+from ray_multiprocess_env.placement import PlacementPlan, plan_placement
+from ray_multiprocess_env.workers import (
+    WORKER_ENV_METHODS,
+    check_env_fns,
+    check_positive_int,
+    start_workers,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -125,6 +131,7 @@ class RayVectorEnv:
         *,
         envs_per_actor: int = 1,
         actor_options: Mapping[str, Any] | None = None,
+        placement: Any = None,
         timeout: float | None = None,
         autoreset_mode: str | AutoresetMode = "next_step",
         on_actor_failure: str = "raise",
@@ -139,7 +146,13 @@ class RayVectorEnv:
         Args:
             env_fns: One picklable factory per env, called once inside its worker.
             envs_per_actor: How many envs each worker actor holds (the last may hold fewer).
-            actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+            actor_options: Options for `ray.remote` of each worker (``num_cpus``,
+                ``num_gpus``, ``memory``, ``resources``, ``runtime_env``, ...).
+            placement: Where the workers run: None (Ray's default), ``"SPREAD"``, ``"PACK"``,
+                ``"STRICT_PACK"``, ``"STRICT_SPREAD"``, a placement group, ``(placement_group,
+                bundle_indices)`` or a Ray scheduling strategy; see `plan_placement`. A
+                placement group made here is removed by `close`; `timeout` (60 s if None) also
+                bounds the wait for it.
             timeout: As for the constructor.
             check_actions: As for the constructor.
             autoreset_mode: Used by the gymnasium adapter's batched stepping only.
@@ -162,30 +175,98 @@ class RayVectorEnv:
             raise ValueError(
                 f"`on_actor_failure` must be 'raise' or 'restart', got {on_actor_failure!r}."
             )
-        start = functools.partial(
-            start_workers,
-            actor_options=actor_options,
-            autoreset_mode=autoreset_mode,
-            argument="envs_per_actor",
+        env_fns = check_env_fns(env_fns)
+        per_actor = check_positive_int("envs_per_actor", envs_per_actor)
+        plan = plan_placement(
+            placement, -(-len(env_fns) // per_actor), actor_options, timeout=timeout
         )
-        groups = start(env_fns, envs_per_actor)
+        start = functools.partial(
+            start_workers, plan=plan, autoreset_mode=autoreset_mode, argument="envs_per_actor"
+        )
+        try:
+            groups = start(env_fns, per_actor)
+        except BaseException:
+            plan.release()
+            raise
         vec = cls.__new__(cls)
         vec._setup(groups, timeout=timeout, kill_on_close=True)
+        vec._placement = plan
         vec._check_actions = check_actions
         if on_actor_failure == "restart":
-            env_fns = list(env_fns)
 
             def respawn(group: ActorGroup) -> ActorGroup:
                 (new,) = start(
                     env_fns[group.start : group.stop],
                     group.stop - group.start,
                     first_index=group.start,
+                    first_worker=group.start // per_actor,
                 )
                 return new
 
             vec._respawn = respawn
             vec._fanout.recover = vec._recover
             vec._fanout.replace = vec._replace_hung
+        return vec
+
+    @classmethod
+    def from_remote_class(
+        cls,
+        actor_class: Any,
+        num_envs: int,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        placement: Any = None,
+        actor_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        check_actions: bool = False,
+    ) -> Self:
+        """Create `num_envs` actors of `actor_class` where `placement` says, as one vector env.
+
+        The same as ``RayVectorEnv([actor_class.options(...).remote(*args, **kwargs) ...])``
+        with each actor's options planned by `plan_placement`; a placement group made here is
+        removed by `close`.
+
+        Args:
+            actor_class: A Ray actor class, e.g. one made by `make_remote_class`.
+            num_envs: How many actors (one env each).
+            args: Positional arguments of every actor's ``__init__``.
+            kwargs: Keyword arguments of every actor's ``__init__``.
+            placement: As for `from_env_fns`.
+            actor_options: Extra ``.options(...)`` of every actor (``num_cpus``, ...).
+            timeout: As for the constructor.
+            check_actions: As for the constructor.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from ray_multiprocess_env import make_remote_class
+            >>> class CartPole:
+            ...     def __init__(self):
+            ...         self.env = gym.make("CartPole-v1")
+            >>> RemoteCartPole = make_remote_class(CartPole, "env", gym.wrappers.TimeLimit)
+            >>> with RayVectorEnv.from_remote_class(RemoteCartPole, 2, placement="SPREAD") as vec:
+            ...     print(vec.num_envs, len(set(vec.node_ids())))
+            2 1
+        """
+        if not hasattr(actor_class, "options") or not hasattr(actor_class, "remote"):
+            raise TypeError(
+                f"`actor_class` must be a Ray actor class (with `.options` and `.remote`), got "
+                f"{actor_class!r}; make one with `make_remote_class` or `ray.remote`."
+            )
+        count = check_positive_int("num_envs", num_envs)
+        plan = plan_placement(placement, count, actor_options, timeout=timeout)
+        actors = []
+        try:
+            for index in range(count):
+                created = actor_class.options(**plan.options(index))
+                actors.append(created.remote(*args, **dict(kwargs or {})))
+            vec = cls(actors, timeout=timeout, check_actions=check_actions)
+        except BaseException:
+            for actor in actors:
+                ray.kill(actor)
+            plan.release()
+            raise
+        vec._placement = plan
         return vec
 
     def _replace_hung(self, group_index: int) -> None:
@@ -257,6 +338,7 @@ class RayVectorEnv:
         self._check_actions = False
         self._pending_step: tuple[list[Call], list[Any]] | None = None
         self._in_flight = InFlight(self._fanout)
+        self._placement: PlacementPlan | None = None
         self._closed = False
         register_pfrl_vector_env(RayVectorEnv)
 
@@ -507,6 +589,23 @@ class RayVectorEnv:
             if self._kill_on_close:
                 for group in self._groups:
                     ray.kill(group.actor)
+                if self._placement is not None:
+                    self._placement.release()
+
+    def node_ids(self) -> tuple[str, ...]:
+        """The id (hex) of the Ray node each env runs on, by env index.
+
+        Compare with ``ray.nodes()`` or ``ray.get_runtime_context().get_node_id()``. Actors
+        made by `make_remote_class` and worker actors have the ``node_id`` method this needs.
+        """
+        self._check_open("node_ids")
+        self._require_method_everywhere("node_id")
+        per_actor = self._fanout.per_actor("node_id", [()] * len(self._groups))
+        return tuple(
+            node
+            for group, node in zip(self._groups, per_actor, strict=True)
+            for _ in range(group.start, group.stop)
+        )
 
     # ----------------------------------------------------------------------------------------
     # gymnasium-style helpers

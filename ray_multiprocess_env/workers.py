@@ -11,7 +11,7 @@ from __future__ import annotations
 import numbers
 import os
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from ray_multiprocess_env.compat import (
 )
 from ray_multiprocess_env.errors import _EnvFailures
 from ray_multiprocess_env.fanout import ActorGroup
+from ray_multiprocess_env.placement import PlacementPlan
 from ray_multiprocess_env.runtime import ensure_runtime
 
 __all__ = ["WORKER_ENV_METHODS", "EnvWorker", "start_workers"]
@@ -246,6 +247,10 @@ class EnvWorker:
         """The worker's process id (for monitoring, and for tests that kill it)."""
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The id of the Ray node this worker runs on (hex)."""
+        return str(ray.get_runtime_context().get_node_id())
+
     # -- helpers ------------------------------------------------------------------------------
     def _step_result(
         self, positions: Sequence[int], infos: dict[int, list[dict[str, Any]]]
@@ -277,38 +282,36 @@ def start_workers(
     env_fns: Sequence[Callable[[], Any]],
     envs_per_worker: int,
     *,
-    actor_options: Mapping[str, Any] | None = None,
+    plan: PlacementPlan | None = None,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     argument: str = "envs_per_worker",
     first_index: int = 0,
+    first_worker: int = 0,
 ) -> list[ActorGroup]:
     """Start `EnvWorker` actors holding `envs_per_worker` envs each (the last may hold fewer).
 
-    Starts a local Ray runtime first if none is running. `argument` is the name the caller's
+    Starts a local Ray runtime first if none is running. Worker ``w`` (counting from
+    `first_worker`) is created with ``plan.options(w)``. `argument` is the name the caller's
     users know `envs_per_worker` by, for error messages; `first_index` is the global index of
     the first env (when restarting one worker of a vector env).
 
     Raises:
-        TypeError: If `env_fns` is not a list of callables, an option has the wrong type, or a
-            factory cannot be pickled (the message names its env indices).
-        ValueError: If `env_fns` is empty or `envs_per_worker` is not positive.
+        TypeError: If `env_fns` is not a list of callables, or a factory cannot be pickled (the
+            message names its env indices).
+        ValueError: If `env_fns` is empty, `envs_per_worker` is not positive, or Ray rejects
+            the actor options.
     """
-    factories = _check_env_fns(env_fns)
+    factories = check_env_fns(env_fns)
     per_worker = check_positive_int(argument, envs_per_worker)
-    if actor_options is not None and not isinstance(actor_options, Mapping):
-        raise TypeError(
-            f"`actor_options` must be a mapping of `ray.remote` options, got {actor_options!r}."
-        )
     mode = as_autoreset_mode(autoreset_mode)
     ensure_runtime()
     worker_class: Any = ray.remote(EnvWorker)
-    if actor_options:
-        worker_class = worker_class.options(**actor_options)
     groups: list[ActorGroup] = []
-    for start in range(0, len(factories), per_worker):
+    for worker, start in enumerate(range(0, len(factories), per_worker), first_worker):
         stop = min(start + per_worker, len(factories))
+        options = plan.options(worker) if plan is not None else {}
         try:
-            actor = worker_class.remote(
+            actor = worker_class.options(**options).remote(
                 factories[start:stop],
                 list(range(first_index + start, first_index + stop)),
                 mode.value,
@@ -317,8 +320,14 @@ def start_workers(
             for group in groups:
                 ray.kill(group.actor)
             lines = str(err).splitlines() or [""]
-            reason = next((line for line in lines if "cannot pickle" in line), lines[0])
-            reason = reason.replace("\x1b[31m", "").replace("\x1b[39m", "").strip()
+            reason = next((line for line in lines if "cannot pickle" in line), None)
+            if reason is None and "serialize" not in str(err):
+                raise ValueError(
+                    f"the worker of envs {start}..{stop - 1} could not be created with the "
+                    f"options {options!r}: {lines[0]} Fix `actor_options` or `placement` (a "
+                    "`runtime_env` with local directories goes to `ray.init(runtime_env=...)`)."
+                ) from err
+            reason = (reason or lines[0]).replace("\x1b[31m", "").replace("\x1b[39m", "").strip()
             raise TypeError(
                 f"the env factories of envs {start}..{stop - 1} could not be sent to a Ray "
                 f"worker ({reason}). Env factories must be picklable: use a module-level "
@@ -329,7 +338,8 @@ def start_workers(
     return groups
 
 
-def _check_env_fns(env_fns: Any) -> list[Callable[[], Any]]:
+def check_env_fns(env_fns: Any) -> list[Callable[[], Any]]:
+    """`env_fns` as a list of callables, or a TypeError/ValueError saying what is wrong."""
     if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
         raise TypeError(
             f"`env_fns` must be a list of env factories (callables), got {env_fns!r}; "

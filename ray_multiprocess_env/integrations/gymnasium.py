@@ -40,7 +40,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         envs_per_worker: How many envs each worker actor holds.
         autoreset_mode: ``"next_step"`` (default; what RLlib needs), ``"same_step"`` or
             ``"disabled"``, or a `gymnasium.vector.AutoresetMode`.
-        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ``num_gpus``,
+            ``memory``, ``resources``, ``runtime_env``, ...).
+        placement: Where the workers run (None, ``"SPREAD"``, ``"PACK"``, a placement group,
+            ...); see `plan_placement`. A placement group made here is removed by `close`.
         timeout: Seconds to wait for any one call, or None.
         seed: If given, the first `reset` without a seed seeds env ``i`` with ``seed + i``
             (and the batched action space with ``seed``).
@@ -67,6 +70,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         envs_per_worker: int = 1,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         actor_options: Mapping[str, Any] | None = None,
+        placement: Any = None,
         timeout: float | None = None,
         seed: int | None = None,
         on_actor_failure: str = "raise",
@@ -81,6 +85,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             env_fns,
             envs_per_actor=envs_per_worker,
             actor_options=actor_options,
+            placement=placement,
             timeout=timeout,
             autoreset_mode=self.autoreset_mode,
             on_actor_failure=on_actor_failure,
@@ -305,6 +310,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         """The worker actors."""
         return self._vec.remote_envs
 
+    def node_ids(self) -> tuple[str, ...]:
+        """The id (hex) of the Ray node each env runs on, by env index."""
+        return self._vec.node_ids()
+
     def close_extras(self, **kwargs: Any) -> None:
         """Close every env and kill the worker actors."""
         vec = getattr(
@@ -410,6 +419,7 @@ def make_vector_env(
     seed: int | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
+    placement: Any = None,
     timeout: float | None = None,
     on_actor_failure: str = "raise",
 ) -> GymnasiumVectorEnv:
@@ -424,6 +434,7 @@ def make_vector_env(
             share a seed).
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
         actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        placement: As for `GymnasiumVectorEnv`, e.g. ``"SPREAD"`` over a cluster's nodes.
         timeout: Seconds to wait for any one call, or None.
         on_actor_failure: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
 
@@ -450,6 +461,7 @@ def make_vector_env(
         envs_per_worker=envs_per_worker,
         autoreset_mode=autoreset_mode,
         actor_options=actor_options,
+        placement=placement,
         timeout=timeout,
         seed=seed,
         on_actor_failure=on_actor_failure,
@@ -464,6 +476,7 @@ def vector_entry_point(
     num_workers: int | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
+    placement: Any = None,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
@@ -485,6 +498,7 @@ def vector_entry_point(
         num_workers: Worker actors, used when `envs_per_worker` is not given (default 2).
         autoreset_mode: As for `GymnasiumVectorEnv`.
         actor_options: As for `GymnasiumVectorEnv`.
+        placement: As for `GymnasiumVectorEnv`.
         **env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
     """
     if envs_per_worker is None:
@@ -495,6 +509,7 @@ def vector_entry_point(
         envs_per_worker=envs_per_worker,
         autoreset_mode=autoreset_mode,
         actor_options=actor_options,
+        placement=placement,
     )
 
 

@@ -38,6 +38,8 @@ class SB3VecEnv(VecEnv):
         env_fns: One picklable factory per env, called inside its worker.
         envs_per_worker: How many envs each worker actor holds.
         actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        placement: Where the workers run (None, ``"SPREAD"``, ``"PACK"``, a placement group,
+            ...); see `plan_placement`. A placement group made here is removed by `close`.
         timeout: Seconds to wait for any one call, or None.
         on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset,
             reported done with ``TimeLimit.truncated`` and ``env_crashed`` in their infos).
@@ -58,6 +60,7 @@ class SB3VecEnv(VecEnv):
         *,
         envs_per_worker: int = 1,
         actor_options: Mapping[str, Any] | None = None,
+        placement: Any = None,
         timeout: float | None = None,
         on_actor_failure: str = "raise",
     ) -> None:
@@ -65,6 +68,7 @@ class SB3VecEnv(VecEnv):
             env_fns,
             envs_per_actor=envs_per_worker,
             actor_options=actor_options,
+            placement=placement,
             timeout=timeout,
             autoreset_mode=AutoresetMode.SAME_STEP,
             on_actor_failure=on_actor_failure,
@@ -133,6 +137,10 @@ class SB3VecEnv(VecEnv):
         """The worker actors."""
         return self._vec.remote_envs
 
+    def node_ids(self) -> tuple[str, ...]:
+        """The id (hex) of the Ray node each env runs on, by env index."""
+        return self._vec.node_ids()
+
     def get_images(self) -> Sequence[np.ndarray | None]:
         """Each env's ``render()`` frame (``render_mode`` must be ``"rgb_array"``)."""
         if self.render_mode != "rgb_array":
@@ -194,18 +202,24 @@ def make_sb3_vec_env(
     *,
     seed: int | None = None,
     actor_options: Mapping[str, Any] | None = None,
+    placement: Any = None,
 ) -> SB3VecEnv:
     """``num_workers * envs_per_worker`` envs in Ray workers, as one SB3 `VecEnv`.
 
     `make_env` is called as ``make_env(index)`` in a worker; with `seed`, env ``i`` is seeded
-    ``seed + i`` at the first reset.
+    ``seed + i`` at the first reset. `actor_options` and `placement` are as for `SB3VecEnv`.
     """
     if not callable(make_env):
         raise TypeError(f"`make_env` must be a callable taking the env index, got {make_env!r}.")
     num_workers = check_positive_int("num_workers", num_workers)
     envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
     env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
-    envs = SB3VecEnv(env_fns, envs_per_worker=envs_per_worker, actor_options=actor_options)
+    envs = SB3VecEnv(
+        env_fns,
+        envs_per_worker=envs_per_worker,
+        actor_options=actor_options,
+        placement=placement,
+    )
     if seed is not None:
         envs.seed(seed)
     return envs

@@ -1,0 +1,262 @@
+"""Fit docs/cluster.md's cost model on a real two-node Ray cluster and check its predictions.
+
+Run by hand from the repository root (it writes the ``cluster`` section of docs/cluster.md):
+
+    python -m benchmarks.cluster
+
+Starts a head node and a second node on this machine (`ray.cluster_utils.Cluster`, one CPU
+each), puts one worker on each (``placement="STRICT_SPREAD"``) and steps `GymnasiumVectorEnv`.
+For each setting it records the wall time of a step, the driver's CPU time and the workers' CPU
+time (psutil). The per-call and per-env costs of the driver and the workers are fitted on
+CartPole with 16 and 256 envs per worker; the model then predicts the other settings (CartPole
+with 32 and 64 envs per worker, and a 1 ms env it has never seen), and the table compares
+prediction and measurement. Finally it extrapolates to 1, 10 and 100 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import ray
+from ray.cluster_utils import Cluster
+
+from benchmarks.envs import CpuBoundEnv, calibrate
+from benchmarks.report import write_section
+from ray_multiprocess_env import GymnasiumVectorEnv
+
+ROOT = Path(__file__).resolve().parent.parent
+NODES = 2
+CORES = os.cpu_count() or 1
+
+
+@dataclass
+class Sample:
+    """One measured setting: seconds per vector step, split by where the CPU went."""
+
+    env: str
+    envs_per_worker: int
+    wall: float  # seconds per vector step
+    driver_cpu: float  # driver CPU seconds per vector step
+    worker_cpu: float  # CPU seconds per call of one worker
+    env_step: float  # seconds per step of one env, in-process
+
+
+@dataclass
+class Model:
+    """Seconds per vector step from per-call and per-env costs (see docs/cluster.md)."""
+
+    driver_call: float  # o_d: driver CPU per actor call
+    driver_env: float  # e_d: driver CPU per env per step (actions, stacking, infos)
+    worker_call: float  # o_w: worker CPU per call, besides stepping its envs
+    worker_env: float  # e_w: worker CPU per env per step besides the env's own step
+
+    def step_time(
+        self,
+        *,
+        nodes: int,
+        workers_per_node: int,
+        envs_per_worker: int,
+        env_step: float,
+        cores_per_node: float,
+        rtt: float = 0.0,
+        shared_cores: float | None = None,
+    ) -> float:
+        """Predicted seconds per vector step (``shared_cores``: all nodes on one machine)."""
+        calls = nodes * workers_per_node
+        driver = calls * (self.driver_call + envs_per_worker * self.driver_env)
+        call = self.worker_call + envs_per_worker * (env_step + self.worker_env)
+        rounds = math.ceil(workers_per_node / cores_per_node)
+        critical = driver + rounds * call + rtt
+        if shared_cores is None:
+            return critical
+        return max(critical, (driver + calls * call) / shared_cores)
+
+
+def _worker_pids(envs: GymnasiumVectorEnv) -> list[int]:
+    return list(envs._vec._call_actors("pid", [()] * len(envs.remote_envs)))
+
+
+def _env_step_seconds(env_fn: Any, seconds: float) -> float:
+    env = env_fn()
+    env.reset(seed=0)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+        count += 1
+    return (time.perf_counter() - start) / count
+
+
+def measure(name: str, env_fn: Any, envs_per_worker: int, seconds: float) -> Sample:
+    """Step ``NODES`` workers of `envs_per_worker` envs for about `seconds`."""
+    n = NODES * envs_per_worker
+    envs = GymnasiumVectorEnv(
+        [env_fn] * n,
+        envs_per_worker=envs_per_worker,
+        placement="STRICT_SPREAD",
+        actor_options={"num_cpus": 1},
+    )
+    try:
+        assert len(set(envs.node_ids())) == NODES, envs.node_ids()
+        workers = [psutil.Process(pid) for pid in _worker_pids(envs)]
+        rng = np.random.default_rng(0)
+        actions = [rng.integers(0, 2, n) for _ in range(64)]
+        envs.reset(seed=0)
+        for t in range(10):
+            envs.step(actions[t % 64])
+        worker_start = sum(p.cpu_times().user + p.cpu_times().system for p in workers)
+        driver_start, start, count = time.process_time(), time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            envs.step(actions[count % 64])
+            count += 1
+        wall = (time.perf_counter() - start) / count
+        driver = (time.process_time() - driver_start) / count
+        worker_end = sum(p.cpu_times().user + p.cpu_times().system for p in workers)
+        worker = (worker_end - worker_start) / count / NODES
+    finally:
+        envs.close()
+    sample = Sample(name, envs_per_worker, wall, driver, worker, _env_step_seconds(env_fn, 1.0))
+    print(
+        f"{name} {NODES}x{envs_per_worker}: {n / wall:,.0f} steps/s, step {wall * 1e3:.2f} ms, "
+        f"driver {driver * 1e3:.2f} ms, worker call {worker * 1e3:.2f} ms",
+        file=sys.stderr,
+    )
+    return sample
+
+
+def fit(a: Sample, b: Sample) -> Model:
+    """Per-call and per-env costs from two samples of one env with different envs per worker."""
+    dk = b.envs_per_worker - a.envs_per_worker
+    driver_env = (b.driver_cpu - a.driver_cpu) / NODES / dk
+    worker_env = (b.worker_cpu - a.worker_cpu) / dk - a.env_step
+    return Model(
+        driver_call=max(0.0, a.driver_cpu / NODES - a.envs_per_worker * driver_env),
+        driver_env=max(0.0, driver_env),
+        worker_call=max(0.0, a.worker_cpu - a.envs_per_worker * (a.env_step + worker_env)),
+        worker_env=max(0.0, worker_env),
+    )
+
+
+def predict_local(model: Model, sample: Sample) -> float:
+    """Predicted env steps/s of `sample`'s setting on this machine (nodes share its cores)."""
+    seconds = model.step_time(
+        nodes=NODES,
+        workers_per_node=1,
+        envs_per_worker=sample.envs_per_worker,
+        env_step=sample.env_step,
+        cores_per_node=1,
+        shared_cores=CORES,
+    )
+    return NODES * sample.envs_per_worker / seconds
+
+
+def main() -> None:
+    """Measure, fit, check, extrapolate; write the section."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "cluster.md"))
+    args = parser.parse_args()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
+    cartpole = functools.partial(gym.make, "CartPole-v1")
+    one_ms = functools.partial(CpuBoundEnv, calibrate(1.0))
+    try:
+        fit_a = measure("CartPole", cartpole, 16, args.seconds)
+        fit_b = measure("CartPole", cartpole, 256, args.seconds)
+        checks = [
+            fit_a,
+            fit_b,
+            measure("CartPole", cartpole, 32, args.seconds),
+            measure("CartPole", cartpole, 64, args.seconds),
+            measure("1 ms env", one_ms, 4, args.seconds),
+            measure("1 ms env", one_ms, 16, args.seconds),
+        ]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    model = fit(fit_a, fit_b)
+    write_section(Path(args.out), "cluster", _report(model, checks, args.seconds))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def _report(model: Model, checks: list[Sample], seconds: float) -> str:
+    command = "python -m benchmarks.cluster" + (f" --seconds {seconds:g}" if seconds != 5 else "")
+    versions = ", ".join(f"{p} {version(p)}" for p in ("ray", "gymnasium", "numpy"))
+    lines = [
+        "## Measured on a two-node local cluster",
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Machine: {CORES} CPUs shared by both nodes and the driver, Python "
+        f"{platform.python_version()}; {versions}",
+        "",
+        "Fitted on CartPole with 16 and 256 envs per worker (microseconds):",
+        "",
+        "| o_d (driver, per call) | e_d (driver, per env) | o_w (worker, per call) "
+        "| e_w (worker, per env) |",
+        "|---:|---:|---:|---:|",
+        f"| {model.driver_call * 1e6:.0f} | {model.driver_env * 1e6:.2f} "
+        f"| {model.worker_call * 1e6:.0f} | {model.worker_env * 1e6:.2f} |",
+        "",
+        "Prediction against measurement, 2 nodes x 1 worker (both nodes on this machine's cores):",
+        "",
+        "| env | envs per worker | env step (us) | measured steps/s | predicted steps/s "
+        "| predicted / measured |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for sample in checks:
+        measured = NODES * sample.envs_per_worker / sample.wall
+        predicted = predict_local(model, sample)
+        lines.append(
+            f"| {sample.env} | {sample.envs_per_worker} | {sample.env_step * 1e6:.1f} "
+            f"| {measured:,.0f} | {predicted:,.0f} | {predicted / measured:.2f} |"
+        )
+    lines += [
+        "",
+        "Extrapolated with the fitted costs to nodes of 16 cores running 15 workers each, one "
+        "driver, and a 0.2 ms round trip between nodes (an assumption, not measured here):",
+        "",
+        "| env | envs per worker | 1 node | 10 nodes | 100 nodes | driver-bound ceiling |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    env_steps = {s.env: s.env_step for s in checks}
+    for env, k in (("CartPole", 64), ("CartPole", 512), ("1 ms env", 16), ("1 ms env", 256)):
+        rates = []
+        for nodes in (1, 10, 100):
+            t = model.step_time(
+                nodes=nodes,
+                workers_per_node=15,
+                envs_per_worker=k,
+                env_step=env_steps[env],
+                cores_per_node=15,
+                rtt=0.0 if nodes == 1 else 2e-4,
+            )
+            rates.append(nodes * 15 * k / t)
+        ceiling = 1 / (model.driver_call / k + model.driver_env)
+        lines.append(
+            f"| {env} | {k} | " + " | ".join(f"{r:,.0f}" for r in rates) + f" | {ceiling:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
