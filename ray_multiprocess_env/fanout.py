@@ -9,18 +9,25 @@ and the method, chained to Ray's error.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import ray
 from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+from ray_multiprocess_env.channel import ChannelError, DriverEnd, pipes_supported, wait_readable
 from ray_multiprocess_env.errors import EnvCrashedError, RemoteEnvError, _EnvFailures
 
-__all__ = ["ActorGroup", "Call", "FanOut", "user_name"]
+__all__ = ["TRANSPORTS", "ActorGroup", "Call", "FanOut", "user_name"]
+
+logger = logging.getLogger(__name__)
+
+#: The values of the vector envs' `transport` argument.
+TRANSPORTS = ("auto", "ray")
 
 #: Seconds a failed call waits for its other actors before raising (bounded by ``timeout``).
 _ERROR_GRACE_S = 10.0
@@ -53,8 +60,17 @@ class Call(NamedTuple):
     kwargs: Mapping[str, Any] = MappingProxyType({})
 
 
+class _Piped(NamedTuple):
+    """Stands in for a Ray object ref: a ``step_batch`` sent over group `group`'s pipe."""
+
+    group: int
+
+
 class FanOut:
     """Launches calls on a fixed list of actor groups and gathers their results.
+
+    Full ``step_batch`` calls to workers on the driver's node go over pipes once
+    `use_pipes` has opened them (see `channel.py`); every other call is a Ray actor call.
 
     Args:
         groups: The actors, in env order; their env ranges tile ``0..num_envs-1``.
@@ -77,6 +93,49 @@ class FanOut:
         self.recover = recover
         self.replace: Callable[[int], None] | None = None
         self._has_method: dict[str, list[bool]] = {}
+        self._pipes: dict[int, DriverEnd] = {}
+        self._piped = False
+
+    # -- the pipe transport -------------------------------------------------------------------
+    def use_pipes(self) -> None:
+        """Open pipes to every worker on the driver's node (where the platform has them)."""
+        self._piped = pipes_supported()
+        for g in range(len(self.groups)):
+            self.reopen(g)
+
+    def reopen(self, g: int) -> None:
+        """(Re)open the pipes of group `g` after its worker was (re)started."""
+        self.close_pipe(g)
+        group = self.groups[g]
+        if not (self._piped and group.batched):
+            return
+        here = ray.get_runtime_context().get_node_id()
+        try:
+            if ray.get(group.actor.node_id.remote(), timeout=self.timeout) == here:
+                self._pipes[g] = DriverEnd(group.actor, self.timeout)
+        except (OSError, RayError, TimeoutError) as err:
+            logger.warning(
+                "Envs %s use Ray calls: their pipes could not be opened (%s).",
+                list(range(group.start, group.stop)),
+                err,
+            )
+
+    def close_pipe(self, g: int) -> None:
+        """Close group `g`'s pipes, if any; its calls go over Ray from now on."""
+        end = self._pipes.pop(g, None)
+        if end is not None:
+            end.close()
+
+    def close_pipes(self) -> None:
+        """Close every pipe (the vector env is closing)."""
+        self._piped = False
+        for g in list(self._pipes):
+            self.close_pipe(g)
+
+    @property
+    def piped_groups(self) -> list[int]:
+        """The groups whose full steps go over pipes."""
+        return sorted(self._pipes)
 
     def per_env(
         self,
@@ -178,6 +237,107 @@ class FanOut:
     ) -> list[Any]:
         """Wait for the `refs` of launched `calls` and return their results, as `run` does."""
         timeout = self.timeout if timeout is None else timeout
+        piped = [i for i, ref in enumerate(refs) if isinstance(ref, _Piped)]
+        if not piped:
+            return self._gather_ray(label, calls, refs, timeout)
+        results: list[Any] = [None] * len(refs)
+        replies = self._gather_pipes(label, [calls[i] for i in piped], timeout)
+        for i, result in zip(piped, replies, strict=True):
+            results[i] = result
+        rest = [i for i in range(len(refs)) if not isinstance(refs[i], _Piped)]
+        gathered = self._gather_ray(
+            label, [calls[i] for i in rest], [refs[i] for i in rest], timeout
+        )
+        for i, result in zip(rest, gathered, strict=True):
+            results[i] = result
+        return results
+
+    def _gather_pipes(self, label: str, calls: Sequence[Call], timeout: float | None) -> list[Any]:
+        """The replies to steps sent over pipes; errors and timeouts as for Ray calls."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waiting = {call.group: k for k, call in enumerate(calls)}
+        replies: list[Any] = [None] * len(calls)
+        for g in [g for g in waiting if g not in self._pipes]:  # closed since (worker died)
+            replies[waiting.pop(g)] = (False, self._death(g))
+        while waiting:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait_readable([self._pipes[g] for g in waiting], left)
+            if not ready:
+                late = sorted(g for g in waiting)
+                self._time_out(
+                    label, timeout, [i for g in late for i in self.envs_of(calls[waiting[g]])], late
+                )
+            for end in ready:
+                g = next(g for g in waiting if self._pipes[g] is end)
+                k = waiting.pop(g)
+                try:
+                    replies[k] = end.receive()
+                except EOFError:
+                    self.close_pipe(g)
+                    replies[k] = (False, self._death(g))
+        results: list[Any] = [None] * len(calls)
+        failures: list[tuple[int, list[int], BaseException]] = []
+        for k, (call, (ok, value)) in enumerate(zip(calls, replies, strict=True)):
+            if ok:
+                results[k] = value
+            elif isinstance(value, BaseException):  # from `_death`
+                failures.append((k, list(self.envs_of(call)), value))
+            else:
+                error, text = value
+                envs = (
+                    error.env_indices
+                    if isinstance(error, _EnvFailures)
+                    else list(self.envs_of(call))
+                )
+                failures.append((k, envs, ChannelError(error, text)))
+        if failures:
+            crashed = {k for k, _, error in failures if isinstance(error, RayActorError)}
+            if self.recover is None or len(crashed) < len(failures):
+                first = failures[0][2]
+                raise self._remote_error(label, calls, failures, first) from first
+            recover = self.recover
+            for k in sorted(crashed):
+                results[k] = recover(label, calls[k])
+        return results
+
+    def _death(self, g: int) -> BaseException:
+        """Ray's error for group `g`'s worker, whose pipe closed (Ray confirms it died)."""
+        grace = _ERROR_GRACE_S if self.timeout is None else min(self.timeout, _ERROR_GRACE_S)
+        try:
+            ray.get(self.groups[g].actor.pid.remote(), timeout=grace)
+        except RayError as err:
+            return err
+        return RuntimeError("the worker closed its pipe but still answers Ray calls")
+
+    def _settle(self, g: int) -> None:
+        """Wait for the reply to group `g`'s step in flight and keep it for its `gather`."""
+        end = self._pipes[g]
+        if not wait_readable([end], self.timeout):
+            self._time_out("step", self.timeout, list(self.envs_of(Call(g, "step_batch"))), [g])
+        try:
+            end.stash = end.receive()
+        except EOFError:
+            self.close_pipe(g)  # the call about to be made finds the dead worker
+
+    def _time_out(
+        self, label: str, timeout: float | None, late: list[int], groups: Sequence[int]
+    ) -> NoReturn:
+        if self.replace is None:
+            raise TimeoutError(
+                f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
+                "Raise `timeout` if the env is slow, or close this vector env."
+            )
+        for group in sorted(groups):
+            self.replace(group)
+        raise TimeoutError(
+            f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. Their "
+            "worker(s) were restarted and those envs reset (on_actor_failure='restart'): "
+            "treat their episodes as truncated; the vector env can be used again."
+        )
+
+    def _gather_ray(
+        self, label: str, calls: Sequence[Call], refs: list[Any], timeout: float | None
+    ) -> list[Any]:
         if not refs:
             return []
         try:
@@ -190,20 +350,11 @@ class FanOut:
                 if ref not in ready
                 for i in self.envs_of(call)
             ]
-            if self.replace is None:
-                raise TimeoutError(
-                    f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. "
-                    "Raise `timeout` if the env is slow, or close this vector env."
-                ) from err
-            for group in sorted(
-                {c.group for c, r in zip(calls, refs, strict=True) if r not in ready}
-            ):
-                self.replace(group)
-            raise TimeoutError(
-                f"`{label}` timed out after {timeout} s: env(s) {late} did not answer. Their "
-                "worker(s) were restarted and those envs reset (on_actor_failure='restart'): "
-                "treat their episodes as truncated; the vector env can be used again."
-            ) from err
+            groups = {c.group for c, r in zip(calls, refs, strict=True) if r not in ready}
+            try:
+                self._time_out(label, timeout, late, sorted(groups))
+            except TimeoutError as timed_out:
+                raise timed_out from err
         except RayError as err:
             failures = self._failures(calls, refs)
             crashed = {i for i, _, error in failures if isinstance(error, RayActorError)}
@@ -218,6 +369,16 @@ class FanOut:
 
     def _submit(self, call: Call) -> Any:
         group = self.groups[call.group]
+        end = self._pipes.get(call.group)
+        if end is not None:
+            if end.outstanding is not None:
+                self._settle(call.group)  # keep the order: that step runs before this call
+            if call.method == "step_batch" and len(call.args) == 1 and not call.kwargs:
+                try:
+                    end.send(call.args[0])
+                    return _Piped(call.group)
+                except OSError:  # the worker is gone: the Ray call below finds out how
+                    self.close_pipe(call.group)
         try:
             return getattr(group.actor, call.method).remote(*call.args, **call.kwargs)
         except TypeError as err:  # Ray checks the arguments against the method's signature
@@ -302,7 +463,7 @@ class FanOut:
         label: str,
         calls: Sequence[Call],
         failures: list[tuple[int, list[int], BaseException]],
-        err: RayError,
+        err: BaseException,
     ) -> RemoteEnvError:
         failed = [(envs, error) for _, envs, error in failures]
         if not failed:  # pragma: no cover - the failure that raised is always among them

@@ -8,11 +8,13 @@ names the global env index.
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import ray
@@ -20,6 +22,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env.batch import stack, unstack
+from ray_multiprocess_env.channel import WorkerEnd
 from ray_multiprocess_env.compat import (
     as_autoreset_mode,
     env_call,
@@ -44,6 +47,19 @@ _ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
 #: The names `EnvWorker.apply` runs as functions of the env rather than as env methods.
 WORKER_ENV_METHODS = tuple(_ATTRIBUTE_METHODS)
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _exclusive(method: _Method) -> _Method:
+    """Run `method` holding the worker's lock (the pipe transport's thread steps envs too)."""
+
+    @functools.wraps(method)
+    def locked(self: EnvWorker, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
 
 class EnvWorker:
     """Holds the envs ``env_indices`` (built by `env_fns`) inside one Ray actor.
@@ -60,6 +76,7 @@ class EnvWorker:
         env_indices: Sequence[int],
         autoreset_mode: str = AutoresetMode.NEXT_STEP.value,
     ) -> None:
+        self._lock = threading.RLock()
         self.env_indices = list(env_indices)
         self.envs = []
         for index, env_fn in zip(self.env_indices, env_fns, strict=True):
@@ -80,6 +97,7 @@ class EnvWorker:
         self._action_batch_space = batch_space(self.envs[0].action_space, count)
 
     # -- per-env calls (the pfrl-style RayVectorEnv) -----------------------------------------
+    @_exclusive
     def apply(
         self,
         method: str,
@@ -105,10 +123,12 @@ class EnvWorker:
             raise _EnvFailures(method, failures)
         return results
 
+    @_exclusive
     def has_method(self, name: str) -> list[bool]:
         """Whether each env has a callable attribute `name` (e.g. old gym's ``seed``)."""
         return [callable(getattr(env, name, None)) for env in self.envs]
 
+    @_exclusive
     def describe(self) -> dict[str, Any]:
         """The spaces, metadata and render mode of the first env, checked against the others."""
         first = self.envs[0]
@@ -128,6 +148,7 @@ class EnvWorker:
         }
 
     # -- batched calls (GymnasiumVectorEnv) --------------------------------------------------
+    @_exclusive
     def reset_batch(
         self,
         seeds: Sequence[int | None],
@@ -163,6 +184,7 @@ class EnvWorker:
             raise _EnvFailures("reset", failures)
         return self._stacked_obs(), infos
 
+    @_exclusive
     def step_batch(
         self, actions: Any, positions: Sequence[int] | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]:
@@ -217,6 +239,7 @@ class EnvWorker:
         self._autoreset = np.logical_or(self._terminations, self._truncations)
         return self._step_result(positions, infos)
 
+    @_exclusive
     def recover_step(
         self, positions: Sequence[int] | None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]:
@@ -250,6 +273,10 @@ class EnvWorker:
     def node_id(self) -> str:
         """The id of the Ray node this worker runs on (hex)."""
         return str(ray.get_runtime_context().get_node_id())
+
+    def open_channel(self, go: str, done: str) -> None:
+        """Serve `step_batch` over the named pipes `go` and `done` (see `channel.py`)."""
+        self._channel = WorkerEnd(go, done, self.step_batch, self._lock)
 
     # -- helpers ------------------------------------------------------------------------------
     def _step_result(

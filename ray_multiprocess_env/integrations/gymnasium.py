@@ -53,6 +53,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             ``infos["env_crashed"]``; the other envs lose nothing.
         check_actions: Check each env's action against ``single_action_space`` on the driver
             before sending; an action outside it raises `ValueError` naming the env.
+        transport: ``"auto"`` (default: steps reach workers on the driver's node over named
+            pipes, others over Ray) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
 
     Example:
         >>> import gymnasium as gym
@@ -75,6 +77,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         seed: int | None = None,
         on_actor_failure: str = "raise",
         check_actions: bool = False,
+        transport: str | None = None,
     ) -> None:
         super().__init__()
         self._check_actions = check_actions
@@ -89,6 +92,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             timeout=timeout,
             autoreset_mode=self.autoreset_mode,
             on_actor_failure=on_actor_failure,
+            transport=transport,
         )
         try:
             self._describe_envs()
@@ -422,6 +426,7 @@ def make_vector_env(
     placement: Any = None,
     timeout: float | None = None,
     on_actor_failure: str = "raise",
+    transport: str | None = None,
 ) -> GymnasiumVectorEnv:
     """Make ``num_workers * envs_per_worker`` envs in Ray workers, as one gymnasium vector env.
 
@@ -437,6 +442,7 @@ def make_vector_env(
         placement: As for `GymnasiumVectorEnv`, e.g. ``"SPREAD"`` over a cluster's nodes.
         timeout: Seconds to wait for any one call, or None.
         on_actor_failure: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
+        transport: ``"auto"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
 
     Example:
         >>> import gymnasium as gym
@@ -465,6 +471,7 @@ def make_vector_env(
         timeout=timeout,
         seed=seed,
         on_actor_failure=on_actor_failure,
+        transport=transport,
     )
 
 

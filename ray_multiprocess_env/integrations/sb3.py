@@ -43,6 +43,8 @@ class SB3VecEnv(VecEnv):
         timeout: Seconds to wait for any one call, or None.
         on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset,
             reported done with ``TimeLimit.truncated`` and ``env_crashed`` in their infos).
+        transport: ``"auto"`` (named pipes to workers on the driver's node) or ``"ray"``;
+            see `RayVectorEnv.from_env_fns`.
 
     Example:
         >>> import gymnasium as gym
@@ -63,6 +65,7 @@ class SB3VecEnv(VecEnv):
         placement: Any = None,
         timeout: float | None = None,
         on_actor_failure: str = "raise",
+        transport: str | None = None,
     ) -> None:
         self._vec = RayVectorEnv.from_env_fns(
             env_fns,
@@ -72,6 +75,7 @@ class SB3VecEnv(VecEnv):
             timeout=timeout,
             autoreset_mode=AutoresetMode.SAME_STEP,
             on_actor_failure=on_actor_failure,
+            transport=transport,
         )
         try:
             description = self._vec._describe_workers()
