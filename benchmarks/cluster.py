@@ -5,7 +5,8 @@ Run by hand from the repository root (it writes the ``cluster`` section of docs/
     python -m benchmarks.cluster
 
 Starts a head node and a second node on this machine (`ray.cluster_utils.Cluster`, one CPU
-each), puts one worker on each (``placement="STRICT_SPREAD"``) and steps `GymnasiumVectorEnv`.
+each), puts one worker on each (``placement="STRICT_SPREAD"``) and steps `GymnasiumVectorEnv`
+with Ray calls only (``transport="ray"``: what workers on other nodes use).
 For each setting it records the wall time of a step, the driver's CPU time and the workers' CPU
 time (psutil). The per-call and per-env costs of the driver and the workers are fitted on
 CartPole with 16 and 256 envs per worker; the model then predicts the other settings (CartPole
@@ -109,6 +110,7 @@ def measure(name: str, env_fn: Any, envs_per_worker: int, seconds: float) -> Sam
         envs_per_worker=envs_per_worker,
         placement="STRICT_SPREAD",
         actor_options={"num_cpus": 1},
+        transport="ray",  # the model is for Ray calls (the head node's worker could use pipes)
     )
     try:
         assert len(set(envs.node_ids())) == NODES, envs.node_ids()
