@@ -95,19 +95,26 @@ class FanOut:
         self._has_method: dict[str, list[bool]] = {}
         self._pipes: dict[int, DriverEnd] = {}
         self._piped = False
+        self._tried: set[int] = set()  # groups whose pipes were opened (or found impossible)
 
     # -- the pipe transport -------------------------------------------------------------------
     def use_pipes(self) -> None:
-        """Open pipes to every worker on the driver's node (where the platform has them)."""
+        """Send full steps over pipes to workers on the driver's node, where there are pipes.
+
+        Each worker's pipes are opened at its first full step, so vector envs that never step
+        a whole worker at once (the pfrl-style per-env calls, `RemoteEnv`) never open any.
+        """
         self._piped = pipes_supported()
-        for g in range(len(self.groups)):
-            self.reopen(g)
 
     def reopen(self, g: int) -> None:
-        """(Re)open the pipes of group `g` after its worker was (re)started."""
+        """Forget group `g`'s pipes after its worker was restarted; its next step opens new ones."""
         self.close_pipe(g)
+        self._tried.discard(g)
+
+    def _open_pipe(self, g: int) -> None:
+        self._tried.add(g)
         group = self.groups[g]
-        if not (self._piped and group.batched):
+        if not group.batched:
             return
         here = ray.get_runtime_context().get_node_id()
         try:
@@ -134,7 +141,7 @@ class FanOut:
 
     @property
     def piped_groups(self) -> list[int]:
-        """The groups whose full steps go over pipes."""
+        """The groups whose full steps go over pipes (opened at each worker's first step)."""
         return sorted(self._pipes)
 
     def per_env(
@@ -369,11 +376,14 @@ class FanOut:
 
     def _submit(self, call: Call) -> Any:
         group = self.groups[call.group]
+        full_step = call.method == "step_batch" and len(call.args) == 1 and not call.kwargs
+        if full_step and self._piped and call.group not in self._tried:
+            self._open_pipe(call.group)
         end = self._pipes.get(call.group)
         if end is not None:
             if end.outstanding is not None:
                 self._settle(call.group)  # keep the order: that step runs before this call
-            if call.method == "step_batch" and len(call.args) == 1 and not call.kwargs:
+            if full_step:
                 try:
                     end.send(call.args[0])
                     return _Piped(call.group)

@@ -31,14 +31,22 @@ def _pid(envs: GymnasiumVectorEnv, worker: int) -> int:
 
 
 def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
+    """Pipes are opened at each worker's first full step, and only with transport='auto'."""
     envs = GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="auto")
+    envs.reset(seed=0)
+    assert envs._vec._fanout.piped_groups == []  # opened at each worker's first step
+    envs.step(np.zeros(4, dtype=np.int64))
     assert envs._vec._fanout.piped_groups == [0, 1]
     envs.close()
     envs = GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="ray")
+    envs.reset(seed=0)
+    envs.step(np.zeros(4, dtype=np.int64))
     assert envs._vec._fanout.piped_groups == []
     envs.close()
     monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "ray")
     envs = GymnasiumVectorEnv([_cartpole] * 2, envs_per_worker=2)
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
     assert envs._vec._fanout.piped_groups == []
     envs.close()
 
@@ -120,6 +128,7 @@ def test_a_worker_killed_is_named_or_restarted(moment):
     """SIGKILL: an idle worker's pipe is found broken at `send`, a busy one's at `receive`."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport="auto")
     envs.reset()
+    envs.step(np.array([1, 1, 1, 1]))  # opens the pipes
     pid = _pid(envs, 1)
     if moment == "during a step":
         envs.set_attr("delay", [0.0, 0.0, 30.0, 30.0])
@@ -147,9 +156,9 @@ def test_restart_after_a_pipe_closes():
     assert rewards.tolist() == [0.0, 0.0, 1.0, 1.0]
     assert infos["env_crashed"].tolist() == [True, True, False, False]
     assert obs[2:, 0].tolist() == [2.0, 2.0]
-    assert envs._vec._fanout.piped_groups == [0, 1]  # the new worker has pipes again
     obs = envs.step(np.array([1, 1, 1, 1]))[0]
     assert obs[2:, 0].tolist() == [3.0, 3.0]
+    assert envs._vec._fanout.piped_groups == [0, 1]  # the new worker got pipes at its step
     envs.close()
 
 
@@ -158,6 +167,7 @@ def test_a_worker_that_dies_while_a_call_waits_for_its_step():
     """A Ray call made during `step_async` finds the dead worker; `step_wait` names it too."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, transport="auto")
     envs.reset()
+    envs.step(np.array([1, 1]))  # opens the pipes
     pid = _pid(envs, 1)
     envs.set_attr("delay", [0.0, 30.0])
     envs.step_async(np.array([1, 1]))
