@@ -281,17 +281,23 @@ class RayVectorEnv:
         vec._placement = plan
         return vec
 
+    def _restart_worker(self, group_index: int) -> ActorGroup:
+        """Kill the worker of group `group_index` and start it again; the old group."""
+        assert self._respawn is not None
+        old = self._groups[group_index]
+        ray.kill(old.actor)
+        self._groups[group_index] = self._respawn(old)
+        self._fanout.reopen(group_index)  # the new worker gets new pipes at its next step
+        return old
+
     def _replace_hung(self, group_index: int) -> None:
         """Kill a worker that outlived a timeout, start it again and reset its envs."""
-        assert self._respawn is not None
         old = self._groups[group_index]
         logger.warning(
             "The worker of env(s) %s did not answer in time; restarting it.",
             list(range(old.start, old.stop)),
         )
-        ray.kill(old.actor)
-        self._groups[group_index] = self._respawn(old)
-        self._fanout.reopen(group_index)
+        self._restart_worker(group_index)
         count = old.stop - old.start
         recover, self._fanout.recover = self._fanout.recover, None
         replace, self._fanout.replace = self._fanout.replace, None
@@ -305,16 +311,13 @@ class RayVectorEnv:
 
     def _recover(self, label: str, call: Call) -> Any:
         """Restart the dead worker of `call` from its factories; the call's result after that."""
-        assert self._respawn is not None
         old = self._groups[call.group]
         logger.warning(
             "The worker of env(s) %s died in `%s`; restarting it.",
             list(range(old.start, old.stop)),
             label,
         )
-        ray.kill(old.actor)
-        self._groups[call.group] = self._respawn(old)
-        self._fanout.reopen(call.group)
+        self._restart_worker(call.group)
         recover, self._fanout.recover = self._fanout.recover, None  # a second death raises
         try:
             if call.method == "apply" and call.args[0] == "step":
