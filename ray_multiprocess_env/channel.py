@@ -121,8 +121,12 @@ class DriverEnd:
             os.mkfifo(go, 0o600)
             os.mkfifo(done, 0o600)
             self._done = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
-            ray.get(actor.open_channel.remote(go, done), timeout=wait)
-            self._go = _open_writer(go, time.monotonic() + wait)
+            try:
+                ray.get(actor.open_channel.remote(go, done), timeout=wait)
+                self._go = _open_writer(go, time.monotonic() + wait)
+            except BaseException:
+                os.close(self._done)  # the worker never connected: do not leak the read end
+                raise
         finally:
             shutil.rmtree(directory, ignore_errors=True)  # open pipes outlive their names
         os.set_blocking(self._done, True)
