@@ -9,6 +9,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_multiprocess_env import (
+    EnvCrashedError,
     GymnasiumVectorEnv,
     RayVectorEnv,
     make_remote_class,
@@ -208,3 +209,17 @@ def test_sb3_and_the_vector_entry_point_pass_placement_through():
     sb3_envs.close()
     gym_envs.close()
     assert [_state(group) for group in groups] == ["REMOVED", "REMOVED"]
+
+
+def test_a_module_only_the_driver_has_is_named_with_the_runtime_env_fix(tmp_path, monkeypatch):
+    """Workers cannot import a module added to the driver's path after Ray started."""
+    (tmp_path / "driver_only_factories.py").write_text(
+        "import gymnasium as gym\n\ndef make():\n    return gym.make('CartPole-v1')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import driver_only_factories
+
+    with pytest.raises(
+        EnvCrashedError, match=r"(?s)env 0 .*ModuleNotFoundError.*ray.init\(runtime_env="
+    ):
+        GymnasiumVectorEnv([driver_only_factories.make], timeout=60)
