@@ -6,7 +6,7 @@ Run by hand from the repository root (it writes the ``profile`` section of docs/
 
 2 workers x 64 CartPole envs. For each transport it measures the wall time of a step, the
 driver's CPU time (split into phases with `time.perf_counter` around the adapter's own steps)
-and the workers' CPU time (psutil). The env work of one worker call (`EnvWorker.step_batch`
+and the workers' CPU time (psutil). The env work of one worker call (`EnvWorker` step
 run in this process: 64 env steps, autoreset, stacking) is timed separately, so the rest of
 the worker's CPU time is the transport's: receiving the actions, sending the result.
 """
@@ -31,21 +31,21 @@ from gymnasium.vector import AutoresetMode
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env.batch import join_batches, split_batch
-from ray_multiprocess_env.workers import EnvWorker
+from ray_multiprocess_env.worker import EnvWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS, K = 2, 64
 
 
 def _in_process_call(seconds: float) -> float:
-    """Seconds of one `step_batch` of 64 CartPoles in this process (no transport)."""
+    """Seconds of one worker step of 64 CartPoles in this process (no transport)."""
     fns = [functools.partial(gym.make, "CartPole-v1")] * K
     worker = EnvWorker(fns, list(range(K)), AutoresetMode.NEXT_STEP.value)
-    worker.reset_batch([None] * K, None, None)
+    worker.handle("reset", ([None] * K, None, None))
     actions = np.zeros(K, dtype=np.int64)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        worker.step_batch(actions)
+        worker.handle("step", (actions,))
         count += 1
     return (time.perf_counter() - start) / count
 
@@ -57,10 +57,10 @@ def _profile(transport: str, seconds: float) -> dict[str, float]:
         envs_per_worker=K,
         transport=transport,
     )
-    vec = envs._vec
-    workers = [psutil.Process(p) for p in vec._call_actors("pid", [()] * WORKERS)]
+    engine = envs._engine  # the profile times the private engine's phases
+    workers = [psutil.Process(p) for p in engine.run("pid", [()] * WORKERS, "pid")]
     actions = np.zeros(WORKERS * K, dtype=np.int64)
-    bounds = [(s.start, s.stop) for s in vec.env_slices]
+    bounds = engine.bounds
     phases = dict.fromkeys(("split", "submit", "wait", "join"), 0.0)
     envs.reset(seed=0)
     for _ in range(200):
@@ -71,9 +71,9 @@ def _profile(transport: str, seconds: float) -> dict[str, float]:
         t0 = time.perf_counter()
         chunks = split_batch(envs.single_action_space, actions, bounds)
         t1 = time.perf_counter()
-        launched = vec._launch_actors("step_batch", [(chunk,) for chunk in chunks])
+        launched = engine.launch("step", [(chunk,) for chunk in chunks], "step")
         t2 = time.perf_counter()
-        results = vec._gather_actors("step_batch", launched)
+        results = engine.wait(launched)
         t3 = time.perf_counter()
         join_batches(envs.single_observation_space, [r[0] for r in results])
         np.concatenate([r[1] for r in results])

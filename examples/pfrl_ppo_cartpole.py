@@ -64,13 +64,13 @@ def train(
     outdir: str,
     seed: int = 0,
     num_envs: int = 8,
-    envs_per_actor: int = 4,
+    envs_per_worker: int = 4,
     eval_interval: int = 10_000,
 ) -> float:
     """Train until `target` mean evaluation return or `steps` env steps; return the best mean."""
     pfrl.utils.set_random_seed(seed)
-    env = RayVectorEnv.from_env_fns([make_env] * num_envs, envs_per_actor=envs_per_actor)
-    eval_env = RayVectorEnv.from_env_fns([make_env] * num_envs, envs_per_actor=envs_per_actor)
+    env = RayVectorEnv.from_env_fns([make_env] * num_envs, envs_per_worker=envs_per_worker)
+    eval_env = RayVectorEnv.from_env_fns([make_env] * num_envs, envs_per_worker=envs_per_worker)
     env.seed(seed)
     eval_env.seed(seed + 10_000)
     agent = make_agent(env.observation_space.low.size, env.action_space.n)

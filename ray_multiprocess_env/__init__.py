@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_multiprocess_env.errors import ClosedEnvError, EnvCrashedError, RemoteEnvError
-from ray_multiprocess_env.integrations.gymnasium import (
-    GymnasiumVectorEnv,
+from ray_multiprocess_env.errors import (
+    ClosedEnvError,
+    EnvCrashedError,
+    NoPendingCallError,
+    PendingCallError,
+    RemoteEnvError,
+)
+from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
+from ray_multiprocess_env.integrations.gymnasium_make import (
     RemoteEnv,
     make_vector_env,
     vector_entry_point,
@@ -28,6 +34,8 @@ __all__ = [
     "EnvCrashedError",
     "GymAPIBridge",
     "GymnasiumVectorEnv",
+    "NoPendingCallError",
+    "PendingCallError",
     "PlacementPlan",
     "RayVectorEnv",
     "RemoteEnv",

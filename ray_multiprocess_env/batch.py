@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-__all__ = ["join_batches", "split_batch", "stack", "take", "unstack"]
+__all__ = ["batch_length", "join_batches", "split_batch", "stack", "take", "unstack"]
 
 
 def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
@@ -70,3 +70,14 @@ def take(space: spaces.Space[Any], batch: Any, rows: Sequence[int]) -> Any:
         return batch[list(rows)]
     items = list(batch)
     return tuple(items[row] for row in rows)
+
+
+def batch_length(space: spaces.Space[Any], batch: Any) -> int | None:
+    """How many rows a batch of the single-env `space` holds (None if its parts disagree)."""
+    if isinstance(space, spaces.Dict):
+        lengths = {batch_length(sub, batch[key]) for key, sub in space.items()}
+    elif isinstance(space, spaces.Tuple):
+        lengths = {batch_length(sub, batch[i]) for i, sub in enumerate(space.spaces)}
+    else:
+        return len(batch) if np.ndim(batch) > 0 or isinstance(batch, (list, tuple)) else None
+    return lengths.pop() if len(lengths) == 1 else None

@@ -8,11 +8,24 @@ included.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["as_autoreset_mode", "env_call", "env_get_attr", "env_is_wrapped", "env_set_attr"]
+__all__ = [
+    "add_vector_env_hook",
+    "announce_vector_env",
+    "as_autoreset_mode",
+    "crashed_step",
+    "env_call",
+    "env_get_attr",
+    "env_is_wrapped",
+    "env_set_attr",
+    "is_obs_and_info",
+    "reset_obs",
+    "reset_with_seed",
+]
 
 
 def as_autoreset_mode(value: Any) -> AutoresetMode:
@@ -51,7 +64,7 @@ def env_set_attr(env: Any, name: str, value: Any) -> None:
         setattr(env, name, value)
 
 
-def env_call(env: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+def env_call(env: Any, name: str, /, *args: Any, **kwargs: Any) -> Any:
     """Call method `name` of `env`; a non-callable attribute is returned as it is.
 
     This is the semantics of gymnasium's ``VectorEnv.call``.
@@ -67,3 +80,60 @@ def env_is_wrapped(env: Any, wrapper_class: type) -> bool:
             return True
         env = getattr(env, "env", None) if hasattr(env, "env") else None
     return False
+
+
+def is_obs_and_info(reset_result: Any) -> bool:
+    """Whether a ``reset`` result is gymnasium's ``(obs, info)`` rather than old gym's obs."""
+    return (
+        isinstance(reset_result, tuple)
+        and len(reset_result) == 2
+        and isinstance(reset_result[1], dict)
+    )
+
+
+def reset_obs(reset_result: Any) -> Any:
+    """The observation of a ``reset`` result, gymnasium's or old gym's."""
+    return reset_result[0] if is_obs_and_info(reset_result) else reset_result
+
+
+def crashed_step(reset_result: Any) -> tuple[Any, ...]:
+    """The step result that reports an env whose worker was lost and that came back reset.
+
+    gymnasium: truncated with reward 0; old gym (pfrl): not done, ``info["needs_reset"]``, as
+    pfrl's ``ContinuingTimeLimit`` reports a truncation. ``info["env_crashed"]`` is True.
+    """
+    if is_obs_and_info(reset_result):
+        obs, info = reset_result
+        return (obs, 0.0, False, True, {**info, "env_crashed": True})
+    return (reset_result, 0.0, False, {"needs_reset": True, "env_crashed": True})
+
+
+def reset_with_seed(env: Any, seed: int | None) -> Any:
+    """``env.reset(seed=seed)``; an old-gym env without that argument is seeded with ``seed``."""
+    if seed is None:
+        return env.reset()
+    try:
+        return env.reset(seed=seed)
+    except TypeError:
+        if not callable(getattr(env, "seed", None)):
+            raise
+        env.seed(seed)
+        return env.reset()
+
+
+_VECTOR_ENV_HOOKS: list[Callable[[type], None]] = []
+
+
+def add_vector_env_hook(hook: Callable[[type], None]) -> None:
+    """Have `hook` called with each vector env class when its first instance is made.
+
+    The pfrl integration uses it to make the class count as a ``pfrl.env.VectorEnv``.
+    """
+    if hook not in _VECTOR_ENV_HOOKS:
+        _VECTOR_ENV_HOOKS.append(hook)
+
+
+def announce_vector_env(cls: type) -> None:
+    """Call every hook of `add_vector_env_hook` with `cls`."""
+    for hook in _VECTOR_ENV_HOOKS:
+        hook(cls)

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["ClosedEnvError", "EnvCrashedError", "RemoteEnvError"]
+from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+
+__all__ = [
+    "ClosedEnvError",
+    "EnvCrashedError",
+    "NoPendingCallError",
+    "PendingCallError",
+    "RemoteEnvError",
+]
 
 
 class RemoteEnvError(RuntimeError):
@@ -67,6 +76,39 @@ class ClosedEnvError(RuntimeError):
     """A method was called on a vector env after `close()`."""
 
 
+class PendingCallError(AlreadyPendingCallError, RuntimeError):
+    """A call was made while another one (`step_async`, `send`, ...) waits to be collected."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message, name)
+
+
+class NoPendingCallError(NoAsyncCallError, RuntimeError):
+    """`step_wait` or `recv` was called with nothing to collect."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message, name)
+
+
+class _WorkerError(Exception):
+    """An exception from a worker that could not be sent as it is (it does not pickle)."""
+
+    def __init__(self, type_name: str, message: str, text: str) -> None:
+        super().__init__(type_name, message, text)
+        self.type_name, self.message, self.text = type_name, message, text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class RemoteFailure(Exception):
+    """A failure reported by a worker over a pipe; `cause` holds it, as Ray's errors do."""
+
+    def __init__(self, cause: BaseException, text: str) -> None:
+        super().__init__(text)
+        self.cause = cause
+
+
 class _EnvFailures(Exception):
     """Raised inside a worker actor when some of its envs failed in one call.
 
@@ -74,10 +116,13 @@ class _EnvFailures(Exception):
     env that raised; the worker steps its other envs before raising this.
     """
 
-    def __init__(self, method: str, failures: Sequence[tuple[int, str, str, str]]) -> None:
-        super().__init__(method, list(failures))
+    def __init__(
+        self, method: str, failures: Sequence[tuple[int, str, str, str]], partial: Any = None
+    ) -> None:
+        super().__init__(method, list(failures), partial)
         self.method = method
         self.failures = list(failures)
+        self.partial = partial  # the result of the envs that did not fail, where there is one
 
     @property
     def env_indices(self) -> list[int]:
@@ -100,6 +145,8 @@ def _describe(cause: BaseException) -> str:
     if isinstance(original, _EnvFailures):
         _, type_name, message, _ = original.failures[0]
         return f"{type_name}: {_first_line(message)}"
+    if isinstance(original, _WorkerError):
+        return f"{original.type_name}: {_first_line(original.message)}"
     if isinstance(original, BaseException):
         return f"{type(original).__name__}: {_first_line(str(original))}"
     text = _ANSI_ESCAPE.sub("", str(cause))

@@ -192,7 +192,7 @@ def _named(cls: type, name: str, function: Callable[..., Any]) -> Callable[..., 
 
 
 def _make_call(attr_name: str) -> Callable[..., Any]:
-    def call(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self: Any, name: str, /, *args: Any, **kwargs: Any) -> Any:
         """Call method `name` of the env with the arguments and return its result.
 
         A non-callable attribute is returned as it is, like gymnasium's ``VectorEnv.call``.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -169,3 +171,64 @@ class TwoAgentHolder:
 
     def __init__(self) -> None:
         self.env = TwoAgentEnv()
+
+
+class EndOnTwoEnv(FlakyEnv):
+    """A `FlakyEnv` whose episode terminates on action 2."""
+
+    def step(self, action: int):
+        obs, reward, _, truncated, info = super().step(action)
+        return obs, reward, action == 2, truncated, info
+
+
+class ThreadBoundEnv(FlakyEnv):
+    """Raises if any method runs off the thread that built it; `step` sets a `signal.alarm`.
+
+    Stands in for envs bound to their thread: OpenGL/EGL contexts, pygame, signal timeouts.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.thread = threading.get_ident()
+
+    def _check_thread(self, method: str) -> None:
+        if threading.get_ident() != self.thread:
+            raise RuntimeError(f"`{method}` ran off the thread that built the env")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._check_thread("reset")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: int):
+        self._check_thread("step")
+        previous = signal.signal(signal.SIGALRM, lambda *_: None)  # main thread only
+        signal.alarm(30)
+        try:
+            return super().step(action)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def render(self) -> np.ndarray:
+        self._check_thread("render")
+        return super().render()
+
+    def close(self) -> None:
+        self._check_thread("close")
+
+
+class UnpicklableInfoEnv(FlakyEnv):
+    """A `FlakyEnv` whose info holds a lock (which no pickler can carry) on action 2."""
+
+    def step(self, action: int):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if action == 2:
+            info = {"lock": threading.Lock()}
+        return obs, reward, terminated, truncated, info
+
+
+class NamedCallEnv(FlakyEnv):
+    """A `FlakyEnv` with a method that takes a keyword called ``name``."""
+
+    def greet(self, name: str) -> str:
+        return f"hello {name}"

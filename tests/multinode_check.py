@@ -3,7 +3,8 @@
 Runs in its own process because the test session already has a Ray runtime. Starts a head node
 and a second node with `ray.cluster_utils.Cluster`, points ``RAY_ADDRESS`` at it and lets the
 library join, then checks placement, stepping against in-process envs, the loss of a node with
-``on_actor_failure="restart"``, and a module that only the driver has. Every check raises
+``on_actor_failure="restart"``, a restart that no node can hold (it must fail within bounds,
+and `close` return), and a module that only the driver has. Every check raises
 `AssertionError` with what it saw; the last line printed is a JSON summary.
 """
 
@@ -14,6 +15,7 @@ import os
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +121,39 @@ def check_node_loss(cluster: Cluster, node: Any, head: str, node_b: str) -> dict
     return {"before": before, "after": after, "lost": lost, "kept": kept}
 
 
+def check_unsatisfiable_restart(cluster: Cluster, node: Any) -> dict[str, Any]:
+    """A worker that cannot be re-placed (STRICT_SPREAD, a node gone) fails within bounds."""
+    envs = GymnasiumVectorEnv(
+        [make_env] * 4,
+        envs_per_worker=2,
+        placement="STRICT_SPREAD",
+        actor_options={"num_cpus": 1},
+        on_actor_failure="restart",
+        timeout=10,
+    )
+    envs.reset(seed=0)
+    envs.step(np.zeros(4, dtype=np.int64))
+    cluster.remove_node(node)
+    start = time.monotonic()
+    try:
+        for _ in range(100):  # until Ray reports the lost worker
+            envs.step(np.zeros(4, dtype=np.int64))
+            time.sleep(0.1)
+    except EnvCrashedError as err:
+        message = str(err)
+    else:
+        raise AssertionError("stepping on after losing a STRICT_SPREAD node did not fail")
+    failed_after = time.monotonic() - start
+    assert "STRICT_SPREAD" in message, message
+    assert "did not start within 10" in message, message
+    start = time.monotonic()
+    envs.close()
+    closed_after = time.monotonic() - start
+    assert failed_after < 60, failed_after
+    assert closed_after < 30, closed_after
+    return {"error": message.splitlines()[0], "failed_after": failed_after, "closed": closed_after}
+
+
 def check_driver_only_module(address: str, node_b: str) -> dict[str, Any]:
     """A factory from a module only the driver can import: fails clearly, then runtime_env."""
     package = Path(tempfile.mkdtemp()) / "driver_only_envs"
@@ -180,6 +215,9 @@ def main() -> None:
             "placement": check_placement(head, node_b),
             "node_loss": check_node_loss(cluster, node, head, node_b),
         }
+        node = cluster.add_node(num_cpus=2, resources={"node_b": 1})
+        cluster.wait_for_nodes()
+        summary["unsatisfiable_restart"] = check_unsatisfiable_restart(cluster, node)
         cluster.add_node(num_cpus=2, resources={"node_b": 1})
         cluster.wait_for_nodes()
         new_b = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head)

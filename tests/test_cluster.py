@@ -22,7 +22,8 @@ def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):
     SPREAD / STRICT_SPREAD / custom-resource placement by each env's node id, steps 8 envs
     against `SyncVectorEnv`, removes the second node mid-run (`on_actor_failure="restart"`: its
     envs come back on the head node, the others' episodes match the reference step for step),
-    and ships a driver-only module with ``runtime_env``.
+    checks that a restart no node can hold (STRICT_SPREAD after losing a node) fails within its
+    bound and that `close` returns, and ships a driver-only module with ``runtime_env``.
     """
     environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     result = subprocess.run(
@@ -42,3 +43,4 @@ def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):
     assert loss["kept"]
     assert set(loss["after"]) == {head}
     assert "ModuleNotFoundError" in summary["runtime_env"]["error"]
+    assert "STRICT_SPREAD" in summary["unsatisfiable_restart"]["error"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -81,7 +82,7 @@ def test_async_reset_comes_back_as_a_step_with_zero_reward():
 def test_send_recv_errors_and_timeout():
     """Busy envs, bad env ids and nothing in flight are clear errors; a timeout keeps envs out."""
     vec = _flaky_vec(3, "actor-per-env", timeout=30.0)
-    wait_until_ready(vec.remote_envs)
+    wait_until_ready(vec)
     vec.reset()
     with pytest.raises(RuntimeError, match=r"`recv` was called with nothing in flight"):
         vec.recv()
@@ -93,7 +94,9 @@ def test_send_recv_errors_and_timeout():
         vec.send([0], [0, 1])
     vec.set_attr("delay", [0.0, 3.0, 0.0])
     vec.send([1, 1], [0, 1])
-    with pytest.raises(ValueError, match=r"env 1 already has an action in flight"):
+    with pytest.raises(
+        ValueError, match=r"env 1 already has a call in flight; `recv` .* before sending"
+    ):
         vec.send([1], [1])
     with pytest.raises(RuntimeError, match=r"`reset` was called while env\(s\) \[0, 1\]"):
         vec.reset()
@@ -119,7 +122,9 @@ def test_reset_one_env_while_others_are_in_flight():
         vec.send([2, 2], [1, 2])
         obs, _ = vec.reset_env(0, seed=7)
         assert obs.item() == FlakyEnv().reset(seed=7)[0].item()
-        with pytest.raises(ValueError, match=r"env 1 has a call in flight"):
+        with pytest.raises(
+            ValueError, match=r"env 1 already has a call in flight; `recv` .* resetting"
+        ):
             vec.reset_env(1)
         env_ids, (obs, *_) = vec.recv()
         assert env_ids == [1, 2]
@@ -162,3 +167,15 @@ def test_send_refuses_bad_id_types_and_a_pending_step_async():
         ):
             vec.send([0], [0])
         vec.step_wait()
+
+
+def test_reset_env_and_send_refuse_a_pending_step_async():
+    """reset_env and send during a pending step_async raise AlreadyPendingCallError."""
+    with _flaky_vec(2, "workers-of-2") as vec:
+        vec.reset()
+        vec.step_async([1, 1])
+        with pytest.raises(gym.error.AlreadyPendingCallError, match=r"`reset_env` was called"):
+            vec.reset_env(0)
+        with pytest.raises(gym.error.AlreadyPendingCallError, match=r"`send` was called"):
+            vec.send([1], [0])
+        assert [o.item() for o in vec.step_wait()[0]] == [1.0, 1.0]

@@ -47,7 +47,7 @@ def test_fifty_vector_envs_leave_nothing_behind():
     for i in range(50):
         options = {"num_cpus": 0.25}
         if i % 2:
-            vec = RayVectorEnv.from_env_fns(make, envs_per_actor=1, actor_options=options)
+            vec = RayVectorEnv.from_env_fns(make, envs_per_worker=1, actor_options=options)
             vec.reset()
             vec.close()
         else:

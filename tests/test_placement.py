@@ -38,7 +38,7 @@ def test_strategy_names_reserve_one_bundle_per_worker_and_close_removes_it(strat
     envs = make_vector_env(
         _cartpole, 2, 2, placement=strategy, actor_options={"num_cpus": 0.25}, seed=0
     )
-    group = envs._vec._placement.placement_group
+    group = envs._engine.pool.plan.placement_group
     assert group.bundle_specs == [{"CPU": 0.25}, {"CPU": 0.25}]
     assert _state(group) == "CREATED"
     obs, _ = envs.reset()
@@ -103,7 +103,7 @@ def test_a_scheduling_strategy_object_is_used_for_every_actor():
 
 def test_node_ids_of_worker_and_per_env_actors():
     node = ray.get_runtime_context().get_node_id()
-    with RayVectorEnv.from_env_fns([_cartpole] * 3, envs_per_actor=2) as vec:
+    with RayVectorEnv.from_env_fns([_cartpole] * 3, envs_per_worker=2) as vec:
         assert vec.node_ids() == (node,) * 3
     Remote = make_remote_class(GymHolder, "env", gym.Env)
     actor = Remote.remote("CartPole-v1")
@@ -203,7 +203,10 @@ def test_sb3_and_the_vector_entry_point_pass_placement_through():
     gym_envs = vector_entry_point(
         2, env_id="CartPole-v1", placement="SPREAD", actor_options={"num_cpus": 0.25}
     )
-    groups = [sb3_envs._vec._placement.placement_group, gym_envs._vec._placement.placement_group]
+    groups = [
+        sb3_envs._engine.pool.plan.placement_group,
+        gym_envs._engine.pool.plan.placement_group,
+    ]
     assert [group.bundle_count for group in groups] == [2, 2]
     assert sb3_envs.reset().shape == (2, 4)
     sb3_envs.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import ray
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env import (
@@ -18,16 +18,17 @@ from ray_multiprocess_env import (
     RayVectorEnv,
     SB3VecEnv,
 )
-from tests.envs import FlakyEnv
-from tests.test_vector import assert_killed
+from ray_multiprocess_env._engine.pool import restart_seed
+from tests.envs import EndOnTwoEnv, FlakyEnv
+from tests.test_vector import assert_killed, worker_pids
 
 pytestmark = pytest.mark.slow
 
 
-def _kill(actor) -> None:
-    pid = ray.get(actor.pid.remote(), timeout=60)
-    os.kill(pid, signal.SIGKILL)
-    assert_killed(actor)
+def _kill(envs, worker, pid=None) -> None:
+    """SIGKILL worker `worker` of `envs` and wait until Ray knows it is dead."""
+    os.kill(pid or worker_pids(envs)[worker], signal.SIGKILL)
+    assert_killed(envs.remote_envs[worker])
 
 
 def _bridged_cartpole():
@@ -36,9 +37,9 @@ def _bridged_cartpole():
 
 def test_by_default_a_dead_worker_raises_naming_its_envs():
     """on_actor_failure='raise': EnvCrashedError names every env the dead worker held."""
-    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_actor=2)
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2)
     vec.reset()
-    _kill(vec.remote_envs[1])
+    _kill(vec, 1)
     with pytest.raises(EnvCrashedError, match=r"env 2 failed in `step` \(env\(s\) \[3\]"):
         vec.step([1, 1, 1, 1])
     vec.close()
@@ -47,15 +48,15 @@ def test_by_default_a_dead_worker_raises_naming_its_envs():
 def test_pfrl_style_restart_marks_lost_envs_for_reset():
     """on_actor_failure='restart': lost envs come back reset with needs_reset; others go on."""
     vec = RayVectorEnv.from_env_fns(
-        [_bridged_cartpole] * 4, envs_per_actor=2, on_actor_failure="restart"
+        [_bridged_cartpole] * 4, envs_per_worker=2, on_actor_failure="restart"
     )
     vec.seed(0)
     vec.reset()
     vec.step([0, 0, 0, 0])
     before = vec.get_attr("np_random_seed")
-    _kill(vec.remote_envs[0])
+    _kill(vec, 0)
     _, rewards, dones, infos = vec.step([1, 1, 1, 1])
-    assert dones[:2] == (True, True)
+    assert dones[:2] == (False, False)  # pfrl's convention for an episode cut short
     assert [info.get("needs_reset") for info in infos[:2]] == [True, True]
     assert [info.get("env_crashed", False) for info in infos] == [True, True, False, False]
     assert rewards[:2] == (0.0, 0.0)
@@ -78,7 +79,7 @@ def test_gymnasium_restart_truncates_the_lost_envs(mode):
     actions = np.array([1, 0, 1, 0])
     ours.step(actions)
     reference.step(actions)
-    _kill(ours.remote_envs[1])
+    _kill(ours, 1)
     obs, rewards, _, truncated, infos = ours.step(actions)
     expected = reference.step(actions)
     np.testing.assert_array_equal(obs[:2], expected[0][:2])  # the other worker lost nothing
@@ -87,8 +88,7 @@ def test_gymnasium_restart_truncates_the_lost_envs(mode):
     if mode == AutoresetMode.SAME_STEP:  # the truncated step's info is the final_info
         assert infos["_final_obs"].tolist() == [False, False, True, True]
         assert infos["final_info"]["env_crashed"].tolist() == [False, False, True, True]
-    else:
-        assert infos["env_crashed"].tolist() == [False, False, True, True]
+    assert infos["env_crashed"].tolist() == [False, False, True, True]  # in every mode
     _, rewards, _, truncated, _ = ours.step(actions)
     if (
         mode == AutoresetMode.NEXT_STEP
@@ -104,7 +104,7 @@ def test_sb3_restart_reports_done_with_terminal_observation():
         [lambda: gym.make("CartPole-v1")] * 4, envs_per_worker=2, on_actor_failure="restart"
     )
     envs.reset()
-    _kill(envs.remote_envs[0])
+    _kill(envs, 0)
     obs, _, dones, infos = envs.step(np.zeros(4, dtype=np.int64))
     assert dones.tolist() == [True, True, False, False]
     assert all(
@@ -120,17 +120,102 @@ def test_bad_failure_policy():
         RayVectorEnv.from_env_fns([FlakyEnv], on_actor_failure="retry")
 
 
-def test_restart_replaces_a_hung_worker_after_a_timeout():
-    """With restart, a worker that outlives `timeout` is replaced; the vector env goes on."""
+def test_restart_replaces_a_hung_worker_and_the_step_goes_on():
+    """With restart, a worker that outlives `timeout` is replaced within the same call."""
     vec = RayVectorEnv.from_env_fns(
-        [FlakyEnv] * 4, envs_per_actor=2, timeout=2.0, on_actor_failure="restart"
+        [FlakyEnv] * 4, envs_per_worker=2, timeout=2.0, on_actor_failure="restart"
     )
     vec.reset()
     vec.step([1, 1, 1, 1])
     vec.set_attr("delay", [0.0, 0.0, 60.0, 0.0])
-    with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer\. Their worker"):
-        vec.step([1, 1, 1, 1])
-    assert vec.get_attr("count") == (2, 2, 0, 0)  # envs 2 and 3 were restarted and reset
+    obs, _, _, truncated, infos = vec.step([1, 1, 1, 1])
+    assert [o.item() for o in obs] == [2.0, 2.0, 0.0, 0.0]  # envs 2 and 3 came back reset
+    assert truncated == (False, False, True, True)
+    assert [info.get("env_crashed", False) for info in infos] == [False, False, True, True]
+    assert vec.get_attr("count") == (2, 2, 0, 0)
     obs = vec.step([1, 1, 1, 1])[0]
     assert [o.item() for o in obs] == [3.0, 3.0, 1.0, 1.0]
     vec.close()
+
+
+def test_a_hung_worker_does_not_lose_another_envs_terminal_transition():
+    """Restart after a timeout keeps the other worker's answer: its termination is reported."""
+    envs = GymnasiumVectorEnv(
+        [EndOnTwoEnv] * 2, envs_per_worker=1, timeout=2.0, on_actor_failure="restart"
+    )
+    envs.reset()
+    envs.set_attr("delay", [0.0, 60.0])
+    _, _, terminated, truncated, infos = envs.step(np.array([2, 1]))
+    assert terminated.tolist() == [True, False]  # env 0's terminal transition is delivered
+    assert truncated.tolist() == [False, True]
+    assert infos["env_crashed"].tolist() == [False, True]
+    _, rewards, _, _, _ = envs.step(np.array([1, 1]))
+    assert rewards.tolist() == [0.0, 0.0]  # both autoreset (NEXT_STEP), none stepped past
+    envs.close()
+
+
+@pytest.mark.parametrize("op", ["get_attr", "call", "set_attr", "masked reset"])
+def test_a_death_in_any_call_leaves_the_envs_ready_to_step(op):
+    """A worker lost during get_attr/call/set_attr/masked reset comes back reset, not broken."""
+    vec = RayVectorEnv.from_env_fns(
+        [_bridged_cartpole] * 4, envs_per_worker=2, on_actor_failure="restart"
+    )
+    vec.reset()
+    _kill(vec, 0)
+    if op == "get_attr":
+        assert len(vec.get_attr("np_random_seed")) == 4
+    elif op == "call":
+        vec.call("render")
+    elif op == "set_attr":
+        vec.set_attr("marker", 1)
+    else:
+        vec.reset([False, True, True, True])
+    infos = vec.step([0, 0, 0, 0])[3]  # CartPole would raise ResetNeeded if unreset
+    crashed = [info.get("env_crashed", False) for info in infos]
+    assert crashed == (
+        [False, True, False, False] if op == "masked reset" else [True, True, False, False]
+    )
+    vec.close()
+
+
+def test_two_calls_in_flight_to_one_dead_worker_restart_it_once(caplog):
+    """First-ready: two sends to the same dead worker restart it once; both come back."""
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2, on_actor_failure="restart")
+    vec.async_reset()
+    vec.recv()
+    vec.set_attr("delay", [5.0, 5.0])
+    pid = worker_pids(vec)[0]
+    vec.send([1], [0])
+    vec.send([1], [1])
+    _kill(vec, 0, pid)
+    env_ids, (_, _, _, truncated, _) = vec.recv()
+    assert env_ids == [0, 1]
+    assert truncated == (True, True)
+    assert caplog.text.count("restarting it") == 1
+    vec.close()
+
+
+def test_a_restarted_env_gets_a_seed_derived_from_its_last():
+    """Seeded runs stay reproducible: a restarted env is reset with a derived seed."""
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=1, on_actor_failure="restart")
+    vec.seed(10)
+    vec.reset()
+    _kill(vec, 1)
+    obs, *_ = vec.step([0, 0])
+    expected, _ = FlakyEnv().reset(seed=restart_seed(11, 1))
+    assert obs[1].item() == expected.item()
+    vec.close()
+
+
+def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog):
+    """close() neither restarts dead workers nor waits forever on hung ones (timeout=None)."""
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
+    vec.reset()
+    vec.set_attr("delay", [0.0, 0.0, 600.0, 600.0])
+    pids = worker_pids(vec)
+    vec.step_async([1, 1, 1, 1])
+    _kill(vec, 0, pids[0])
+    start = time.monotonic()
+    vec.close()
+    assert time.monotonic() - start < 90
+    assert "restarting it" not in caplog.text

@@ -21,6 +21,7 @@ from ray_multiprocess_env import (
     make_remote_class,
     unzip,
 )
+from ray_multiprocess_env.errors import RemoteFailure
 from tests.envs import (
     BridgeHolder,
     FlakyEnv,
@@ -42,12 +43,18 @@ def _flaky_vec(num_envs, layout, vec_class=RayVectorEnv, **kwargs):
     """Flaky envs in one actor each, or in workers of two envs (``from_env_fns``)."""
     if layout == "actor-per-env":
         return vec_class([RemoteFlaky.remote() for _ in range(num_envs)], **kwargs)
-    return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_actor=2, **kwargs)
+    return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_worker=2, **kwargs)
 
 
-def wait_until_ready(actors, within=120.0):
+def wait_until_ready(vec):
     """Wait for the actors to start, so a short `timeout` does not count their start-up."""
-    ray.get([actor.__ray_ready__.remote() for actor in actors], timeout=within)
+    vec.node_ids()
+
+
+def worker_pids(envs):
+    """The process id of each worker of `envs` (any face), asked through its engine."""
+    engine = envs._engine
+    return engine.run("pid", [()] * len(engine.bounds), "pid")
 
 
 def assert_killed(actor, within=30.0):
@@ -55,9 +62,11 @@ def assert_killed(actor, within=30.0):
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            ray.get(actor.__ray_ready__.remote(), timeout=within)
+            ray.get(actor.__ray_ready__.remote(), timeout=1.0)
         except RayActorError:
             return
+        except ray.exceptions.GetTimeoutError:  # serving its pipe: alive
+            pass
         time.sleep(0.1)
     pytest.fail(f"actor {actor} is still alive {within} s after close()")
 
@@ -90,7 +99,7 @@ class TestAgainstInProcessEnvs:
         if layout == "actor-per-env":
             self.vec = RayVectorEnv([remote_class.remote(env_id) for _ in range(num_envs)])
         else:
-            self.vec = RayVectorEnv.from_env_fns([make] * num_envs, envs_per_actor=2)
+            self.vec = RayVectorEnv.from_env_fns([make] * num_envs, envs_per_worker=2)
         self.envs = [make() for _ in range(num_envs)]
         self.num_envs = num_envs
         yield
@@ -340,7 +349,7 @@ def test_env_exception_names_env_and_method_and_keeps_traceback(layout):
         assert (error.env_index, error.method, error.env_indices) == (1, "step", (1,))
         assert "negative action -1" in error.remote_traceback
         assert "tests/envs.py" in error.remote_traceback
-        assert isinstance(error.__cause__, ray.exceptions.RayTaskError)
+        assert isinstance(error.__cause__, (ray.exceptions.RayTaskError, RemoteFailure))
         assert vec.get_attr("count") == (2, 1, 2)
         vec.reset([True, False, True])
         assert vec.get_attr("count") == (2, 0, 2)
@@ -365,7 +374,7 @@ def test_timeout_names_the_slow_env(caplog, layout):
     """
     vec = _flaky_vec(2, layout, timeout=1.0)
     actors = vec.remote_envs
-    wait_until_ready(actors)
+    wait_until_ready(vec)
     late = "[1]" if layout == "actor-per-env" else "[0, 1]"
     vec.reset()
     vec.set_attr("delay", [0.0, 60.0])
@@ -383,7 +392,7 @@ def test_close_without_killing_raises_a_failed_close():
     """With kill_on_close=False a hung close is raised, since the actor lives on."""
     actors = [RemoteFlaky.remote()]
     vec = RayVectorEnv(actors, timeout=1.0, kill_on_close=False)
-    wait_until_ready(actors)
+    wait_until_ready(vec)
     vec.reset()
     vec.set_attr("delay", [60.0])
     with pytest.raises(TimeoutError, match=r"`step` timed out"):
@@ -422,7 +431,7 @@ def test_from_env_fns_names_a_factory_that_cannot_be_pickled():
     with pytest.raises(
         TypeError, match=r"envs 0\.\.1 could not be sent .*cannot pickle '_thread.lock'.* picklable"
     ):
-        RayVectorEnv.from_env_fns([make_env] * 3, envs_per_actor=2)
+        RayVectorEnv.from_env_fns([make_env] * 3, envs_per_worker=2)
 
 
 def test_from_env_fns_factory_error_names_the_env():
@@ -431,15 +440,13 @@ def test_from_env_fns_factory_error_names_the_env():
     def broken():
         raise OSError("no display")
 
-    vec = RayVectorEnv.from_env_fns([FlakyEnv, FlakyEnv, broken], envs_per_actor=2)
     with pytest.raises(EnvCrashedError, match=r"env 2: its factory raised OSError: no display"):
-        vec.reset()
-    vec.close()
+        RayVectorEnv.from_env_fns([FlakyEnv, FlakyEnv, broken], envs_per_worker=2)
 
 
 def test_workers_split_envs_and_report_their_slices():
     """Workers hold envs_per_actor envs each (the last fewer) and get/set attrs per env."""
-    with RayVectorEnv.from_env_fns([FlakyEnv] * 5, envs_per_actor=2) as vec:
+    with RayVectorEnv.from_env_fns([FlakyEnv] * 5, envs_per_worker=2) as vec:
         assert vec.env_slices == (slice(0, 2), slice(2, 4), slice(4, 5))
         assert len(vec.remote_envs) == 3
         vec.reset()
@@ -455,7 +462,7 @@ def test_optional_action_space_check(layout):
     if layout == "actor-per-env":
         vec = RayVectorEnv([RemoteFlaky.remote() for _ in range(2)], check_actions=True)
     else:
-        vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_actor=2, check_actions=True)
+        vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2, check_actions=True)
     with vec:
         vec.reset()
         with pytest.raises(ValueError, match=r"`actions\[1\]` = 7 for env 1 is outside"):

@@ -1,31 +1,31 @@
 """`GymnasiumVectorEnv`: a real `gymnasium.vector.VectorEnv` backed by Ray worker actors.
 
 Each worker holds several envs, steps them in one call with gymnasium's autoreset semantics, and
-returns their observations stacked; this adapter joins the workers' batches. It composes a
-`RayVectorEnv` (built with `RayVectorEnv.from_env_fns`) for every remote call, so timeouts and
-errors naming the env index work as everywhere else. RLlib's new API stack uses it through
-gymnasium's ``vector_entry_point``.
+returns their observations stacked; this face joins the workers' batches. It is a thin face over
+the private engine (one operation per worker, one wait, errors by env index). RLlib's new API
+stack uses it through gymnasium's ``vector_entry_point`` (see `gymnasium_make.py`).
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, SupportsFloat
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 
-from ray_multiprocess_env.batch import join_batches, split_batch, take
-from ray_multiprocess_env.compat import as_autoreset_mode
-from ray_multiprocess_env.vector import RayVectorEnv
-from ray_multiprocess_env.workers import check_positive_int
+from ray_multiprocess_env._engine import Engine, Options, Pool
+from ray_multiprocess_env._engine.options import check_env_ids, check_seed_list
+from ray_multiprocess_env.batch import batch_length, join_batches, split_batch, take
+from ray_multiprocess_env.errors import NoPendingCallError
+from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
 
-__all__ = ["GymnasiumVectorEnv", "RemoteEnv", "make_vector_env", "vector_entry_point"]
+__all__ = ["GymnasiumVectorEnv"]
+
+StepReturn = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 
 
 class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
@@ -45,16 +45,16 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         placement: Where the workers run (None, ``"SPREAD"``, ``"PACK"``, a placement group,
             ...); see `plan_placement`. A placement group made here is removed by `close`.
         timeout: Seconds to wait for any one call, or None.
-        seed: If given, the first `reset` without a seed seeds env ``i`` with ``seed + i``
-            (and the batched action space with ``seed``).
+        seed: If given, the first `reset` seeds env ``i`` with ``seed + i`` unless it brings
+            seeds of its own (and the batched action space is seeded with ``seed``).
         on_actor_failure: ``"raise"`` (default: `EnvCrashedError` naming the lost envs) or
-            ``"restart"``: a dead worker is started again from the same factories, and its
-            envs come back freshly reset, reported as truncated with reward 0 and
-            ``infos["env_crashed"]``; the other envs lose nothing.
+            ``"restart"``: a worker that dies or outlives `timeout` is started again from the
+            same factories, and each of its envs reports its lost episode at its next step as
+            truncated with reward 0 and ``infos["env_crashed"]``; the other envs lose nothing.
         check_actions: Check each env's action against ``single_action_space`` on the driver
             before sending; an action outside it raises `ValueError` naming the env.
-        transport: ``"auto"`` (default: steps reach workers on the driver's node over named
-            pipes, others over Ray) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
+        transport: ``"auto"`` (default: workers on the driver's node over named pipes, others
+            over Ray) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
 
     Example:
         >>> import gymnasium as gym
@@ -80,42 +80,38 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         transport: str | None = None,
     ) -> None:
         super().__init__()
-        self._check_actions = check_actions
-        self.autoreset_mode = as_autoreset_mode(autoreset_mode)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
             raise TypeError(f"`seed` must be an int or None, got {seed!r}.")
-        self._vec = RayVectorEnv.from_env_fns(
-            env_fns,
-            envs_per_actor=envs_per_worker,
-            actor_options=actor_options,
-            placement=placement,
+        options = Options.make(
             timeout=timeout,
-            autoreset_mode=self.autoreset_mode,
             on_actor_failure=on_actor_failure,
             transport=transport,
+            autoreset_mode=autoreset_mode,
+            check_actions=check_actions,
+            actor_options=actor_options,
+            placement=placement,
         )
+        self.autoreset_mode = options.autoreset_mode
+        self._engine = Engine(Pool.start(env_fns, envs_per_worker, options))
+        self._engine.name = type(self).__name__
         try:
-            self._describe_envs()
+            first = describe_workers(self._engine)
         except BaseException:
-            self._vec.close()
+            self._engine.close()
             raise
-        self._bounds = [(s.start, s.stop) for s in self._vec.env_slices]
-        self._worker_obs: list[Any] = [None] * len(self._bounds)
-        self._finished = np.zeros(self.num_envs, dtype=np.bool_)
-        self._pending: tuple[list[Any], list[Any]] | None = None
-        self._initial_seed = seed
-        if seed is not None:
-            self.action_space.seed(int(seed))
-
-    def _describe_envs(self) -> None:
-        first = self._vec._describe_workers()
-        self.num_envs = self._vec.num_envs
+        self.num_envs = self._engine.num_envs
         self.single_observation_space = first["observation_space"]
         self.single_action_space = first["action_space"]
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {**first["metadata"], "autoreset_mode": self.autoreset_mode}
         self.render_mode = first["render_mode"]
+        self._bounds = self._engine.bounds
+        self._worker_obs: list[Any] = [None] * len(self._bounds)
+        self._finished = np.zeros(self.num_envs, dtype=np.bool_)
+        self._initial_seed = seed
+        if seed is not None:
+            self.action_space.seed(int(seed))
 
     def reset(
         self,
@@ -133,7 +129,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns:
             The batched observations and the batched info dict.
         """
-        self._vec._check_idle("reset")
+        self._engine.check_idle("reset")
         seeds = self._seeds(seed)
         options = dict(options) if options is not None else None
         mask = None
@@ -151,45 +147,54 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
                     )
             else:
                 args.append((seeds[start:stop], options, worker_mask))
-        results = self._vec._call_actors("reset_batch", args)
+        results = self._engine.run("reset", args, "reset")
+        self._engine.note_seeds(seeds)
         infos: dict[str, Any] = {}
         for g, result in enumerate(results):
-            if result is None:
-                continue
-            self._worker_obs[g], worker_infos = result
-            infos = self._add_infos(infos, g, worker_infos)
+            if result is not None:
+                self._worker_obs[g], worker_infos = result
+                infos = self._add_infos(infos, g, worker_infos)
         self._finished[mask if mask is not None else slice(None)] = False
         return join_batches(self.single_observation_space, self._worker_obs), infos
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(self, actions: Any) -> StepReturn:
         """Step every env with its action from the batched `actions`.
 
         Returns:
             Batched observations, rewards (float64), terminations, truncations and infos.
         """
+        self._engine.check_open("step")
         self.step_async(actions)
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
         """Send the batched `actions` and return at once; `step_wait` collects the results."""
-        if self._pending is not None:
-            raise RuntimeError(
-                "`step_async` was called while a `step_async` is pending; call `step_wait`."
-            )
-        self._vec._check_idle("step_async")
+        self._engine.check_idle("step_async")
+        self._check_rows("actions", actions, self.num_envs)
         self._check_not_finished(range(self.num_envs))
         self._check_in_space(actions, list(range(self.num_envs)))
         chunks = split_batch(self.single_action_space, actions, self._bounds)
-        self._pending = self._vec._launch_actors("step_batch", [(chunk,) for chunk in chunks])
+        self._engine.pending = self._engine.launch("step", [(c,) for c in chunks], "step")
 
-    def step_wait(
-        self, timeout: float | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Wait for the results of `step_async` and return them as `step` does."""
-        if self._pending is None:
-            raise RuntimeError("`step_wait` was called without a `step_async` before it.")
-        launched, self._pending = self._pending, None
-        results = self._vec._gather_actors("step_batch", launched, timeout)
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
+        """Wait for the results of `step_async` and return them as `step` does.
+
+        On a `TimeoutError` the step stays pending: call `step_wait` again to wait longer.
+        """
+        engine = self._engine
+        engine.check_open("step_wait")
+        if engine.pending is None:
+            raise NoPendingCallError(
+                "`step_wait` was called without a `step_async` before it.", "step_wait"
+            )
+        try:
+            results = engine.wait(engine.pending, timeout, resumable=True)
+        except TimeoutError:
+            raise
+        except BaseException:
+            engine.pending = None
+            raise
+        engine.pending = None
         infos: dict[str, Any] = {}
         for g, result in enumerate(results):
             self._worker_obs[g] = result[0]
@@ -204,21 +209,27 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     # -- first-ready stepping (envpool's send/recv) -----------------------------------------
     def async_reset(self, *, seed: int | Sequence[int | None] | None = None) -> None:
         """Reset every env without waiting; `recv` then returns them as they finish."""
+        self._engine.check_idle("async_reset")
         seeds = self._seeds(seed)
+        args = [(seeds[start:stop], None, None) for start, stop in self._bounds]
+        self._engine.send(self._engine.launch("reset", args, "async_reset"), "reset")
+        self._engine.note_seeds(seeds)
         self._finished[:] = False
-        self._vec._send_actors(
-            "reset",
-            "reset_batch",
-            [(seeds[start:stop], None, None) for start, stop in self._bounds],
-            [range(start, stop) for start, stop in self._bounds],
-        )
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` with the batched `actions` (row i for env ``env_ids[i]``).
 
         Returns at once; `recv` collects the results of the envs that finish first.
         """
-        env_ids = self._vec._check_env_ids(env_ids)
+        engine = self._engine
+        engine.check_open("send")
+        if engine.pending is not None:
+            engine.check_idle("send")
+        env_ids = check_env_ids(env_ids, self.num_envs)
+        self._check_rows("actions", actions, len(env_ids))
+        busy = sorted(set(env_ids) & set(engine.busy_envs()))
+        if busy:
+            raise ValueError(f"env(s) {busy} already have a call in flight; `recv` them first.")
         self._check_not_finished(env_ids)
         self._check_in_space(actions, env_ids)
         args: list[tuple[Any, ...] | None] = []
@@ -227,16 +238,11 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             rows = [row for row, env in enumerate(env_ids) if start <= env < stop]
             mine = [env_ids[row] for row in rows]
             envs.append(mine)
-            if rows:
-                chunk = take(self.single_action_space, actions, rows)
-                args.append((chunk, [env - start for env in mine]))
-            else:
-                args.append(None)
-        self._vec._send_actors("step", "step_batch", args, envs)
+            chunk = take(self.single_action_space, actions, rows) if rows else None
+            args.append((chunk, [env - start for env in mine]) if rows else None)
+        engine.send(engine.launch("step", args, "send", envs), "step")
 
-    def recv(
-        self, batch_size: int | None = None, timeout: float | None = None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def recv(self, batch_size: int | None = None, timeout: float | None = None) -> StepReturn:
         """The results of the first envs to finish what `send`/`async_reset` started.
 
         Args:
@@ -249,55 +255,78 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             ascending env order; ``infos["env_id"]`` holds their env ids (as envpool does). An
             env back from `async_reset` has reward 0 and is not done.
         """
+        self._engine.check_open("recv")
+        busy = len(self._engine.busy_envs())
+        if not busy:
+            raise NoPendingCallError(
+                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
+                "first.",
+                "recv",
+            )
+        wanted = busy if batch_size is None else batch_size
+        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
+            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
         env_ids: list[int] = []
-        obs_batches, rewards, terminated, truncated = [], [], [], []
+        parts: list[tuple[Any, ...]] = []
         info_items: list[tuple[int, list[dict[str, Any]]]] = []
-        for actor, envs, op, result in self._vec._recv_actors(batch_size, timeout):
-            if op == "reset":
-                obs, worker_infos = result
+        for ticket, kind, result in self._engine.first_ready(int(wanted), timeout):
+            envs = list(ticket.envs)
+            if kind == "reset":
+                reset_obs, worker_infos = result
                 none = np.zeros(len(envs), dtype=np.bool_)
-                result = (obs, np.zeros(len(envs)), none, none.copy(), worker_infos)
+                result = (reset_obs, np.zeros(len(envs)), none, none.copy(), worker_infos)
             obs, reward, term, trunc, worker_infos = result
             env_ids.extend(envs)
-            obs_batches.append(obs)
-            rewards.append(reward)
-            terminated.append(term)
-            truncated.append(trunc)
-            start = self._bounds[actor][0]
-            info_items.extend((start + k, parts) for k, parts in worker_infos.items())
-            self._finished[list(envs)] = np.logical_or(term, trunc)
+            parts.append((obs, reward, term, trunc))
+            start = self._bounds[ticket.slot][0]
+            info_items.extend((start + k, p) for k, p in worker_infos.items())
+            self._finished[envs] = np.logical_or(term, trunc)
         order = np.argsort(env_ids, kind="stable")
         ids = np.asarray(env_ids, dtype=np.int64)[order]
         row_of = {int(env): row for row, env in enumerate(ids)}
         infos: dict[str, Any] = {}
-        for env, parts in sorted(info_items, key=lambda item: item[0]):
-            for part in parts:
-                infos = _add_row_info(infos, part, row_of[env], len(ids))
+        for env, env_parts in sorted(info_items, key=lambda item: item[0]):
+            for part in env_parts:
+                infos = add_row_info(infos, part, row_of[env], len(ids))
         infos["env_id"] = ids
-        observations = join_batches(self.single_observation_space, obs_batches)
+        observations = join_batches(self.single_observation_space, [p[0] for p in parts])
         return (
             take(self.single_observation_space, observations, order.tolist()),
-            np.concatenate(rewards)[order],
-            np.concatenate(terminated)[order],
-            np.concatenate(truncated)[order],
+            np.concatenate([p[1] for p in parts])[order],
+            np.concatenate([p[2] for p in parts])[order],
+            np.concatenate([p[3] for p in parts])[order],
             infos,
         )
 
+    # -- calls on every env -------------------------------------------------------------------
     def render(self) -> tuple[Any, ...]:
         """Return the frame of each env (its ``render()``)."""
-        return self._vec.call("render")
+        return self.call("render")
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method `name` of every env (or read a non-callable attribute); one per env."""
-        return self._vec.call(name, *args, **kwargs)
+        self._engine.check_idle(name)
+        per_env: list[tuple[Any, ...] | None] = [(name, *args)] * self.num_envs
+        return tuple(self._engine.apply("call", per_env, [kwargs] * self.num_envs, name))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Return attribute `name` of every env."""
-        return self._vec.get_attr(name)
+        self._engine.check_idle("get_attr")
+        return tuple(self._engine.apply("get_attr", [(name,)] * self.num_envs))
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set attribute `name` of every env: a list or tuple gives one value per env."""
-        self._vec.set_attr(name, values)
+        self._engine.check_idle("set_attr")
+        if isinstance(values, (list, tuple)):
+            if len(values) != self.num_envs:
+                raise ValueError(
+                    f"`values` has {len(values)} entries but there are {self.num_envs} envs; "
+                    "pass one value per env, or a single value."
+                )
+            per_env = list(values)
+        else:
+            per_env = [values] * self.num_envs
+        self._engine.apply("set_attr", [(name, v) for v in per_env])
 
     @property  # gymnasium's SyncVectorEnv gives one per env as well
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
@@ -312,38 +341,35 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     @property
     def remote_envs(self) -> tuple[Any, ...]:
         """The worker actors."""
-        return self._vec.remote_envs
+        return tuple(slot.actor for slot in self._engine.pool.slots)
 
     def node_ids(self) -> tuple[str, ...]:
         """The id (hex) of the Ray node each env runs on, by env index."""
-        return self._vec.node_ids()
+        self._engine.check_open("node_ids")
+        return self._engine.node_ids()
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Close every env and kill the worker actors."""
-        vec = getattr(
-            self, "_vec", None
-        )  # None if __init__ failed (gymnasium 1.2 closes in __del__)
-        if vec is not None:
-            vec.close()
+        """Close every env and kill the worker actors (within `timeout`, 30 s if None)."""
+        engine = getattr(self, "_engine", None)  # None if __init__ failed (gymnasium 1.2
+        if engine is not None:  # closes in __del__)
+            engine.close()
 
+    # -- helpers ------------------------------------------------------------------------------
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
-        if seed is None and self._initial_seed is not None:
-            seed, self._initial_seed = self._initial_seed, None
-        if seed is None:
-            return [None] * self.num_envs
-        if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-            return [int(seed) + i for i in range(self.num_envs)]
-        if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
-            if len(seed) != self.num_envs:
-                raise ValueError(
-                    f"`seed` has {len(seed)} entries but there are {self.num_envs} envs; pass "
-                    "one seed per env, or one int."
-                )
-            return list(seed)
-        raise TypeError(f"`seed` must be None, an int or one seed per env, got {seed!r}.")
+        """One seed per env; the constructor's `seed` is used (once) if the first reset has none."""
+        initial, self._initial_seed = self._initial_seed, None
+        return check_seed_list(initial if seed is None else seed, self.num_envs)
+
+    def _check_rows(self, argument: str, batch: Any, rows: int) -> None:
+        length = batch_length(self.single_action_space, batch)
+        if length != rows:
+            raise ValueError(
+                f"`{argument}` holds {length} actions but {rows} are needed (one per env"
+                f"{'' if rows == self.num_envs else ' id'}); nothing was sent."
+            )
 
     def _check_in_space(self, actions: Any, env_ids: Sequence[int]) -> None:
-        if not self._check_actions:
+        if not self._engine.options.check_actions:
             return
         rows = batch_space(self.single_action_space, len(env_ids))
         for row, (env, action) in enumerate(zip(env_ids, iterate(rows, actions), strict=True)):
@@ -385,194 +411,3 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             for part in parts:
                 infos = self._add_info(infos, part, start + k)
         return infos
-
-
-def _add_row_info(
-    infos: dict[str, Any], info: dict[str, Any], row: int, size: int
-) -> dict[str, Any]:
-    """Add one env's `info` at `row` of a batch of `size`, as gymnasium's ``_add_info`` does."""
-    for key, value in info.items():
-        if key == "final_obs":
-            array = infos.get(key)
-            if array is None:
-                array = np.full(size, fill_value=None, dtype=object)
-            array[row] = value
-        elif isinstance(value, dict):
-            array = _add_row_info(infos.get(key, {}), value, row, size)
-        else:
-            array = infos.get(key)
-            if array is None:
-                if type(value) in (int, float, bool) or issubclass(type(value), np.number):
-                    array = np.zeros(size, dtype=type(value))
-                elif isinstance(value, np.ndarray):
-                    array = np.zeros((size, *value.shape), dtype=value.dtype)
-                else:
-                    array = np.full(size, fill_value=None, dtype=object)
-            array[row] = value
-        mask = infos.get(f"_{key}", np.zeros(size, dtype=np.bool_))
-        mask[row] = True
-        infos[key], infos[f"_{key}"] = array, mask
-    return infos
-
-
-def make_vector_env(
-    make_env: Callable[[int], gym.Env[Any, Any]],
-    num_workers: int,
-    envs_per_worker: int,
-    *,
-    seed: int | None = None,
-    autoreset_mode: str | AutoresetMode = "next_step",
-    actor_options: Mapping[str, Any] | None = None,
-    placement: Any = None,
-    timeout: float | None = None,
-    on_actor_failure: str = "raise",
-    transport: str | None = None,
-) -> GymnasiumVectorEnv:
-    """Make ``num_workers * envs_per_worker`` envs in Ray workers, as one gymnasium vector env.
-
-    Args:
-        make_env: Called as ``make_env(index)`` inside a worker, with the env's global index
-            ``0..num_envs-1``; returns a gymnasium env. Must be picklable.
-        num_workers: How many worker actors (Ray processes).
-        envs_per_worker: How many envs each worker steps per call.
-        seed: If given, env ``i`` is seeded ``seed + i`` at the first `reset` (no two envs
-            share a seed).
-        autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
-        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
-        placement: As for `GymnasiumVectorEnv`, e.g. ``"SPREAD"`` over a cluster's nodes.
-        timeout: Seconds to wait for any one call, or None.
-        on_actor_failure: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
-        transport: ``"auto"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> def make_env(index):
-        ...     return gym.make("CartPole-v1")
-        >>> envs = make_vector_env(make_env, num_workers=2, envs_per_worker=3, seed=0)
-        >>> obs, infos = envs.reset()
-        >>> obs.shape, envs.num_envs
-        ((6, 4), 6)
-        >>> envs.close()
-    """
-    if not callable(make_env):
-        raise TypeError(
-            f"`make_env` must be a callable taking the env index, got {make_env!r}; e.g. "
-            "`make_vector_env(lambda i: gymnasium.make('CartPole-v1'), 2, 8)`."
-        )
-    num_workers = check_positive_int("num_workers", num_workers)
-    envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
-    env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
-    return GymnasiumVectorEnv(
-        env_fns,
-        envs_per_worker=envs_per_worker,
-        autoreset_mode=autoreset_mode,
-        actor_options=actor_options,
-        placement=placement,
-        timeout=timeout,
-        seed=seed,
-        on_actor_failure=on_actor_failure,
-        transport=transport,
-    )
-
-
-def vector_entry_point(
-    num_envs: int,
-    *,
-    env_id: str,
-    envs_per_worker: int | None = None,
-    num_workers: int | None = None,
-    autoreset_mode: str | AutoresetMode = "next_step",
-    actor_options: Mapping[str, Any] | None = None,
-    placement: Any = None,
-    **env_kwargs: Any,
-) -> GymnasiumVectorEnv:
-    """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
-
-    Register an id with it and `gymnasium.make_vec` returns a `GymnasiumVectorEnv`::
-
-        gymnasium.register(
-            "RayCartPole-v1",
-            vector_entry_point="ray_multiprocess_env:vector_entry_point",
-            kwargs={"env_id": "CartPole-v1", "envs_per_worker": 4},
-        )
-        envs = gymnasium.make_vec("RayCartPole-v1", num_envs=8,
-                                  vectorization_mode="vector_entry_point")
-
-    Args:
-        num_envs: The number of envs (given by `gymnasium.make_vec`).
-        env_id: The id of the single env, made with ``gymnasium.make(env_id, **env_kwargs)``.
-        envs_per_worker: Envs per worker actor; by default ``num_envs / num_workers``.
-        num_workers: Worker actors, used when `envs_per_worker` is not given (default 2).
-        autoreset_mode: As for `GymnasiumVectorEnv`.
-        actor_options: As for `GymnasiumVectorEnv`.
-        placement: As for `GymnasiumVectorEnv`.
-        **env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
-    """
-    if envs_per_worker is None:
-        envs_per_worker = max(1, math.ceil(num_envs / (num_workers or 2)))
-    env_fn = functools.partial(gym.make, env_id, **env_kwargs)
-    return GymnasiumVectorEnv(
-        [env_fn] * num_envs,
-        envs_per_worker=envs_per_worker,
-        autoreset_mode=autoreset_mode,
-        actor_options=actor_options,
-        placement=placement,
-    )
-
-
-class RemoteEnv(gym.Env[Any, Any]):
-    """One env in a Ray actor, seen as a plain `gymnasium.Env` (e.g. for gymnasium's checker).
-
-    Args:
-        env_fn: A picklable factory of the env, called inside the actor.
-        actor_options: Options for `ray.remote` of the actor.
-        timeout: Seconds to wait for any one call, or None.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> env = RemoteEnv(lambda: gym.make("CartPole-v1"))
-        >>> obs, info = env.reset(seed=0)
-        >>> obs, reward, terminated, truncated, info = env.step(0)
-        >>> env.close()
-    """
-
-    def __init__(
-        self,
-        env_fn: Callable[[], gym.Env[Any, Any]],
-        *,
-        actor_options: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        self._vec = RayVectorEnv.from_env_fns(
-            [env_fn], actor_options=actor_options, timeout=timeout
-        )
-        self.observation_space = self._vec.observation_space
-        self.action_space = self._vec.action_space
-        self.metadata = self._vec.get_attr("metadata")[0]
-        self.render_mode = self._vec.get_attr("render_mode")[0]
-        self.spec = self._vec.spec
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Reset the remote env."""
-        super().reset(seed=seed)
-        result: tuple[Any, dict[str, Any]] = self._vec.call_each(
-            "reset", [()], seed=seed, options=options
-        )[0]
-        return result
-
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step the remote env."""
-        result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]] = self._vec.call_each(
-            "step", [(action,)]
-        )[0]
-        return result
-
-    def render(self) -> Any:
-        """Render the remote env."""
-        return self._vec.call("render")[0]
-
-    def close(self) -> None:
-        """Close the remote env and kill its actor."""
-        self._vec.close()

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from ray_multiprocess_env.compat import add_vector_env_hook
+
 __all__ = ["GymAPIBridge", "register_pfrl_vector_env"]
 
 _PFRL_ENV_MODULE = "pfrl.env"
@@ -26,9 +28,10 @@ class GymAPIBridge:
 
     * ``reset(**kwargs)`` returns only the observation; the seed given to `seed` is passed to
       the next ``reset``.
-    * ``step(action)`` returns ``(obs, reward, done, info)`` with
-      ``done = terminated or truncated`` and ``info["needs_reset"] = truncated``, so pfrl resets
-      a truncated episode without treating its last state as terminal.
+    * ``step(action)`` returns ``(obs, reward, done, info)`` with ``done = terminated`` and
+      ``info["needs_reset"] = truncated``: pfrl's own convention for a time limit (its
+      ``ContinuingTimeLimit``), so pfrl resets a truncated episode and still bootstraps from its
+      last state instead of learning it as terminal.
     * ``seed(seed)`` seeds the next reset and the action space, and returns ``[seed]``.
     * Other attributes (``action_space``, ``observation_space``, ``spec``, ...) are the env's.
 
@@ -59,11 +62,11 @@ class GymAPIBridge:
         return obs
 
     def step(self, action: Any) -> tuple[Any, float, bool, dict[str, Any]]:
-        """Step the env and return ``(obs, reward, done, info)`` in the old gym convention."""
+        """Step the env: ``(obs, reward, terminated, info)`` with ``info["needs_reset"]``."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         info = dict(info)
         info["needs_reset"] = bool(truncated)
-        return obs, reward, bool(terminated or truncated), info
+        return obs, reward, bool(terminated), info
 
     def seed(self, seed: int | None = None) -> list[int | None]:
         """Seed the next ``reset`` (and the action space) with `seed`, as old gym's ``seed`` did."""
@@ -145,3 +148,6 @@ class _RegisteringLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
+
+
+add_vector_env_hook(register_pfrl_vector_env)

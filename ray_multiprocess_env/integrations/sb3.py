@@ -10,6 +10,7 @@ limit from a real termination.
 from __future__ import annotations
 
 import functools
+import numbers
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -19,9 +20,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
+from ray_multiprocess_env._engine import Engine, Options, Pool
+from ray_multiprocess_env._engine.options import check_positive_int
 from ray_multiprocess_env.batch import join_batches, split_batch
-from ray_multiprocess_env.vector import RayVectorEnv
-from ray_multiprocess_env.workers import check_positive_int
+from ray_multiprocess_env.integrations._infos import describe_workers
 
 __all__ = ["SB3VecEnv", "make_sb3_vec_env"]
 
@@ -67,25 +69,25 @@ class SB3VecEnv(VecEnv):
         on_actor_failure: str = "raise",
         transport: str | None = None,
     ) -> None:
-        self._vec = RayVectorEnv.from_env_fns(
-            env_fns,
-            envs_per_actor=envs_per_worker,
-            actor_options=actor_options,
-            placement=placement,
+        options = Options.make(
             timeout=timeout,
-            autoreset_mode=AutoresetMode.SAME_STEP,
             on_actor_failure=on_actor_failure,
             transport=transport,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            actor_options=actor_options,
+            placement=placement,
         )
+        self._engine = Engine(Pool.start(env_fns, envs_per_worker, options))
+        self._engine.name = type(self).__name__
         try:
-            description = self._vec._describe_workers()
+            description = describe_workers(self._engine)
         except BaseException:
-            self._vec.close()
+            self._engine.close()
             raise
-        self._bounds = [(s.start, s.stop) for s in self._vec.env_slices]
+        self._bounds = self._engine.bounds
         self._actions: Any = None
         super().__init__(
-            self._vec.num_envs, description["observation_space"], description["action_space"]
+            self._engine.num_envs, description["observation_space"], description["action_space"]
         )
         self.metadata = description["metadata"]
 
@@ -93,7 +95,8 @@ class SB3VecEnv(VecEnv):
         """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
         options = [opts or None for opts in self._options]
         args = [(self._seeds[a:b], options[a:b], None) for a, b in self._bounds]
-        results = self._vec._call_actors("reset_batch", args)
+        results = self._engine.run("reset", args, "reset")
+        self._engine.note_seeds(self._seeds)
         for (start, stop), (_, infos) in zip(self._bounds, results, strict=True):
             for k in range(stop - start):
                 parts = infos.get(k, [])
@@ -103,13 +106,30 @@ class SB3VecEnv(VecEnv):
         return self._observations([r[0] for r in results])
 
     def step_async(self, actions: np.ndarray) -> None:
-        """Keep the actions for `step_wait` (the remote call happens there)."""
-        self._actions = actions
+        """Send the actions to the workers; `step_wait` collects the results."""
+        self._engine.check_idle("step_async")
+        if len(actions) != self.num_envs:
+            raise ValueError(
+                f"`actions` holds {len(actions)} actions but there are {self.num_envs} envs; "
+                "pass one per env (nothing was sent)."
+            )
+        chunks = split_batch(self.action_space, actions, self._bounds)
+        self._engine.pending = self._engine.launch("step", [(c,) for c in chunks], "step")
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """Step every env; finished envs are reset in the same step."""
-        chunks = split_batch(self.action_space, self._actions, self._bounds)
-        results = self._vec._call_actors("step_batch", [(chunk,) for chunk in chunks])
+        """Wait for the step; finished envs are reset in the same step."""
+        engine = self._engine
+        engine.check_open("step_wait")
+        if engine.pending is None:
+            raise RuntimeError("`step_wait` was called without a `step_async` before it.")
+        try:
+            results = engine.wait(engine.pending, resumable=True)
+        except TimeoutError:
+            raise
+        except BaseException:
+            engine.pending = None
+            raise
+        engine.pending = None
         infos: list[dict[str, Any]] = []
         dones = []
         for (start, _), result in zip(self._bounds, results, strict=True):
@@ -133,17 +153,18 @@ class SB3VecEnv(VecEnv):
         return observations, rewards, np.array(dones, dtype=bool), infos
 
     def close(self) -> None:
-        """Close every env and kill the worker actors."""
-        self._vec.close()
+        """Close every env and kill the worker actors (within `timeout`, 30 s if None)."""
+        self._engine.close()
 
     @property
     def remote_envs(self) -> tuple[Any, ...]:
         """The worker actors."""
-        return self._vec.remote_envs
+        return tuple(slot.actor for slot in self._engine.pool.slots)
 
     def node_ids(self) -> tuple[str, ...]:
         """The id (hex) of the Ray node each env runs on, by env index."""
-        return self._vec.node_ids()
+        self._engine.check_open("node_ids")
+        return self._engine.node_ids()
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         """Each env's ``render()`` frame (``render_mode`` must be ``"rgb_array"``)."""
@@ -154,7 +175,7 @@ class SB3VecEnv(VecEnv):
                 stacklevel=2,
             )
             return [None] * self.num_envs
-        return list(self._vec.call("render"))
+        return self._each("call", None, ("render",))
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
         """Attribute `attr_name` of the envs at `indices` (all by default)."""
@@ -168,7 +189,7 @@ class SB3VecEnv(VecEnv):
         self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
     ) -> list[Any]:
         """Call method `method_name` of the envs at `indices` (all by default)."""
-        return self._each(method_name, indices, method_args, method_kwargs)
+        return self._each("call", indices, (method_name, *method_args), method_kwargs)
 
     def env_is_wrapped(
         self, wrapper_class: type[gym.Wrapper[Any, Any, Any, Any]], indices: Any = None
@@ -183,16 +204,20 @@ class SB3VecEnv(VecEnv):
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any] | None = None,
     ) -> list[Any]:
-        chosen = list(self._get_indices(indices))
-        for index in chosen:
-            if not 0 <= index < self.num_envs:
+        chosen: list[int] = []
+        for index in self._get_indices(indices):
+            if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+                raise TypeError(f"`indices` must hold ints, got {index!r}.")
+            if not -self.num_envs <= index < self.num_envs:
                 raise ValueError(
                     f"`indices` contains {index} but there are {self.num_envs} envs "
-                    f"(valid indices are 0..{self.num_envs - 1})."
+                    f"(valid indices are {-self.num_envs}..{self.num_envs - 1}, as for a list)."
                 )
+            chosen.append(int(index) % self.num_envs)
+        self._engine.check_idle(method)
         wanted = set(chosen)
         per_env = [args if i in wanted else None for i in range(self.num_envs)]
-        results = self._vec.call_each(method, per_env, **(kwargs or {}))
+        results = self._engine.apply(method, per_env, [kwargs or {}] * self.num_envs)
         return [results[i] for i in chosen]
 
     def _observations(self, batches: Iterable[Any]) -> Any:
@@ -207,11 +232,15 @@ def make_sb3_vec_env(
     seed: int | None = None,
     actor_options: Mapping[str, Any] | None = None,
     placement: Any = None,
+    timeout: float | None = None,
+    on_actor_failure: str = "raise",
+    transport: str | None = None,
 ) -> SB3VecEnv:
     """``num_workers * envs_per_worker`` envs in Ray workers, as one SB3 `VecEnv`.
 
     `make_env` is called as ``make_env(index)`` in a worker; with `seed`, env ``i`` is seeded
-    ``seed + i`` at the first reset. `actor_options` and `placement` are as for `SB3VecEnv`.
+    ``seed + i`` at the first reset. `actor_options`, `placement`, `timeout`,
+    `on_actor_failure` and `transport` are as for `SB3VecEnv`.
     """
     if not callable(make_env):
         raise TypeError(f"`make_env` must be a callable taking the env index, got {make_env!r}.")
@@ -223,6 +252,9 @@ def make_sb3_vec_env(
         envs_per_worker=envs_per_worker,
         actor_options=actor_options,
         placement=placement,
+        timeout=timeout,
+        on_actor_failure=on_actor_failure,
+        transport=transport,
     )
     if seed is not None:
         envs.seed(seed)

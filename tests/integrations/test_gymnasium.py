@@ -10,12 +10,13 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from ray_multiprocess_env import (
+    ClosedEnvError,
     GymnasiumVectorEnv,
     RemoteEnv,
     RemoteEnvError,
     make_vector_env,
 )
-from tests.envs import DictObsEnv, FlakyEnv
+from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, NamedCallEnv
 
 NUM_ENVS = 5  # workers of 2, 2 and 1 envs
 ENV_FNS = {
@@ -326,4 +327,76 @@ def test_reset_mask_needs_every_worker_reset_once():
     envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1)
     with pytest.raises(ValueError, match=r"envs 1\.\.1 were never reset; reset them all first"):
         envs.reset(options={"reset_mask": np.array([True, False])})
+    envs.close()
+
+
+def test_an_env_error_leaves_a_terminated_sibling_to_autoreset():
+    """A sibling that terminated in a step where another env raised is autoreset next step."""
+    envs = GymnasiumVectorEnv([EndOnTwoEnv] * 2, envs_per_worker=2)
+    envs.reset()
+    with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`"):
+        envs.step(np.array([2, -1]))
+    obs, rewards, terminated, _, _ = envs.step(np.array([1, 1]))
+    assert rewards.tolist() == [0.0, 1.0]  # env 0 was reset (NEXT_STEP), not stepped past its end
+    assert obs[:, 0].tolist() == [0.0, 1.0]
+    assert terminated.tolist() == [False, False]
+    envs.close()
+
+
+def test_calls_while_a_step_is_pending_are_refused_as_gymnasium_does():
+    """reset/async_reset/send/call/get_attr during a pending step_async: AlreadyPendingCallError."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1)
+    envs.reset()
+    envs.step_async(np.array([1, 1]))
+    for call in (
+        envs.reset,
+        envs.async_reset,
+        lambda: envs.send(np.array([1]), [0]),
+        lambda: envs.call("render"),
+        lambda: envs.get_attr("count"),
+    ):
+        with pytest.raises(gym.error.AlreadyPendingCallError, match=r"while a `step_async`"):
+            call()
+    assert envs.step_wait()[0][:, 0].tolist() == [1.0, 1.0]
+    envs.close()
+    with pytest.raises(ClosedEnvError, match=r"`step` was called on a closed GymnasiumVectorEnv"):
+        envs.step(np.array([1, 1]))
+
+
+def test_a_wrong_number_of_actions_steps_nothing():
+    """An action batch of the wrong length is refused on the driver before any env steps."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
+    envs.reset()
+    for actions in (np.ones(3, dtype=np.int64), np.ones(5, dtype=np.int64)):
+        with pytest.raises(ValueError, match=r"`actions` holds \d actions but 4 are needed"):
+            envs.step(actions)
+    with pytest.raises(ValueError, match=r"`actions` holds 2 actions but 1 are needed"):
+        envs.send(np.ones(2, dtype=np.int64), [0])
+    assert envs.get_attr("count") == (0, 0, 0, 0)
+    envs.close()
+
+
+def test_the_constructor_seed_gives_way_to_the_first_resets_own_seed():
+    """`seed=` applies to the first reset only if that reset has none; never later."""
+    ours = GymnasiumVectorEnv([ENV_FNS["CartPole"]] * 2, envs_per_worker=2, seed=3)
+    theirs = SyncVectorEnv([ENV_FNS["CartPole"]] * 2)
+    assert_same(ours.reset(seed=5), theirs.reset(seed=5))
+    assert_same(ours.reset(), theirs.reset())
+    ours.close()
+
+
+def test_async_reset_checks_its_seed_before_changing_anything():
+    """A bad seed in async_reset raises and leaves nothing in flight."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1)
+    with pytest.raises(TypeError, match=r"`seed` must be None, an int or a list"):
+        envs.async_reset(seed="x")
+    envs.reset()
+    assert envs.step(np.array([1, 1]))[0][:, 0].tolist() == [1.0, 1.0]
+    envs.close()
+
+
+def test_call_passes_a_keyword_named_name():
+    """`call(name, ..., name=...)` gives the env its own `name` keyword."""
+    envs = GymnasiumVectorEnv([NamedCallEnv] * 2, envs_per_worker=2)
+    assert envs.call("greet", name="ada") == ("hello ada", "hello ada")
     envs.close()

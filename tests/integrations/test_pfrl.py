@@ -22,7 +22,11 @@ RemoteBridge = make_remote_class(BridgeHolder, "env", GymAPIBridge)
 
 
 def test_bridge_presents_the_old_gym_api():
-    """Reset gives obs only; step gives 4 values with done = terminated or truncated."""
+    """Reset gives obs only; step gives 4 values, a time limit as pfrl's `needs_reset`.
+
+    pfrl's convention (its `ContinuingTimeLimit`): a truncated episode is not done (the agent
+    bootstraps from its last state) and `info["needs_reset"]` tells the loop to reset it.
+    """
     env = GymAPIBridge(gym.make("CartPole-v1", max_episode_steps=3))
     plain = gym.make("CartPole-v1", max_episode_steps=3)
     assert env.seed(4) == [4]
@@ -32,10 +36,10 @@ def test_bridge_presents_the_old_gym_api():
         p_obs, p_reward, terminated, truncated, _ = plain.step(0)
         np.testing.assert_array_equal(obs, p_obs)
         assert reward == p_reward
-        assert done == (terminated or truncated)
+        assert done == terminated
         assert info["needs_reset"] == truncated
     assert truncated
-    assert done
+    assert not done
     assert info["needs_reset"]
     assert env.action_space == plain.action_space
     assert env.spec.id == "CartPole-v1"
@@ -69,11 +73,12 @@ def test_import_does_not_import_pfrl_and_registration_waits_for_it(ray_address):
     script = textwrap.dedent(
         """
         import sys
+        import ray
         import ray_multiprocess_env
         from ray_multiprocess_env import RayVectorEnv
         assert "pfrl" not in sys.modules and "torch" not in sys.modules, "eager import"
 
-        @ray_multiprocess_env.vector.ray.remote
+        @ray.remote
         class Env:
             def reset(self):
                 return 0

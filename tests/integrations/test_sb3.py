@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.envs import DictObsEnv, FlakyEnv, RenderingFlakyEnv
+from tests.envs import DictObsEnv, FlakyEnv, NamedCallEnv, RenderingFlakyEnv
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3.common.vec_env import (  # noqa: E402
@@ -100,7 +100,7 @@ def test_sb3_wrappers_run_on_top(wrap):
 
 def test_env_method_get_attr_set_attr_with_indices():
     """env_method, get_attr, set_attr and env_is_wrapped take `indices` like DummyVecEnv."""
-    envs = SB3VecEnv([FlakyEnv] * 4, envs_per_worker=3)
+    envs = SB3VecEnv([NamedCallEnv] * 4, envs_per_worker=3)
     envs.reset()
     envs.set_attr("delay", 0.001, indices=[1, 3])
     assert envs.get_attr("delay") == [0.0, 0.001, 0.0, 0.001]
@@ -112,6 +112,8 @@ def test_env_method_get_attr_set_attr_with_indices():
     assert wrapped.env_is_wrapped(gym.wrappers.TimeLimit, indices=[1]) == [True]
     with pytest.raises(ValueError, match=r"`indices` contains 7 but there are 4 envs"):
         envs.get_attr("delay", indices=[7])
+    assert envs.get_attr("delay", indices=[-1, -3]) == [0.001, 0.001]  # as DummyVecEnv allows
+    assert envs.env_method("greet", name="ada", indices=[0]) == ["hello ada"]
     envs.close()
     wrapped.close()
 

@@ -1,0 +1,389 @@
+"""The engine: launch one operation per worker, wait under one deadline, decide once.
+
+`Engine` is all the faces (`RayVectorEnv`, `GymnasiumVectorEnv`, `SB3VecEnv`) use. A call is
+launched on the workers it concerns (`launch`), waited for (`wait`: all; `first_ready`: the
+first to finish), and its outcomes are judged in one place (`_judge`): a dead or late worker is
+restarted there (``on_actor_failure="restart"``) and the same operation sent to its
+replacement, whose envs report their lost episodes as truncated; otherwise the error is raised,
+naming the env indices and the method, chained to the worker's own error.
+
+The engine also keeps the one call state of its vector env: the pending `step_async`, and the
+first-ready operations in flight. An interrupted call is given up (its replies are dropped as
+they come), so a ``KeyboardInterrupt`` never leaves the vector env unusable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+
+from ray_multiprocess_env._engine.options import Options
+from ray_multiprocess_env._engine.pipes import deferred_interrupts, wait_pipes
+from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.transport import RayLink, Ticket, remaining
+from ray_multiprocess_env.errors import (
+    ClosedEnvError,
+    EnvCrashedError,
+    PendingCallError,
+    RemoteEnvError,
+    _EnvFailures,
+)
+
+__all__ = ["Call", "Engine"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds `close` gives the envs to close before it kills their workers anyway.
+_CLOSE_S = 30.0
+
+
+class Call:
+    """One operation launched on some workers: a ticket per worker."""
+
+    __slots__ = ("label", "op", "tickets")
+
+    def __init__(self, op: str, label: str, tickets: list[Ticket]) -> None:
+        self.op, self.label, self.tickets = op, label, tickets
+
+    @property
+    def envs(self) -> list[int]:
+        """The envs this call answers for."""
+        return sorted(i for t in self.tickets for i in t.envs)
+
+
+class Engine:
+    """The workers of one vector env and the calls to them (see the module docstring)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.options: Options = pool.options
+        self.num_envs = pool.num_envs
+        self.closed = False
+        self.name = "vector env"  # the face's class name, for messages
+        self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
+        self.in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and what they are
+        self._has_method: dict[str, list[bool]] = {}
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """``(start, stop)`` of each worker's envs."""
+        return [(slot.start, slot.stop) for slot in self.pool.slots]
+
+    # -- the call state -----------------------------------------------------------------------
+    def check_open(self, name: str) -> None:
+        """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
+        if self.closed:
+            raise ClosedEnvError(f"`{name}` was called on a closed {self.name}; create a new one.")
+
+    def check_idle(self, name: str) -> None:
+        """Raise `PendingCallError` if a `step_async` or first-ready call is outstanding."""
+        self.check_open(name)
+        if self.pending is not None:
+            raise PendingCallError(
+                f"`{name}` was called while a `step_async` is pending; call `step_wait` first.",
+                self.pending.op,
+            )
+        if self.in_flight:
+            raise PendingCallError(
+                f"`{name}` was called while env(s) {self.busy_envs()} have calls in flight; "
+                "`recv` them first.",
+                "send",
+            )
+
+    def busy_envs(self) -> list[int]:
+        """The envs with a first-ready call in flight, sorted."""
+        return sorted(i for ticket, _ in self.in_flight for i in ticket.envs)
+
+    # -- launching and waiting ----------------------------------------------------------------
+    def launch(
+        self,
+        op: str,
+        args_per_slot: Sequence[tuple[Any, ...] | None],
+        label: str,
+        envs_per_slot: Sequence[Sequence[int]] | None = None,
+    ) -> Call:
+        """Send `op` with ``args_per_slot[w]`` to each worker ``w`` whose args are not None.
+
+        The whole launch happens or none of it: a ``KeyboardInterrupt`` waits until every
+        worker has its message.
+        """
+        self.check_open(label)
+        tickets: list[Ticket] = []
+        with deferred_interrupts():
+            try:
+                for w, args in enumerate(args_per_slot):
+                    if args is None:
+                        continue
+                    slot = self.pool.slots[w]
+                    envs = tuple(slot.envs if envs_per_slot is None else envs_per_slot[w])
+                    ticket = Ticket(w, slot.generation, op, args, envs)
+                    slot.link.submit(ticket)
+                    tickets.append(ticket)
+            except BaseException:
+                self.abandon(Call(op, label, tickets))
+                raise
+        return Call(op, label, tickets)
+
+    def wait(
+        self, call: Call, timeout: float | None = None, *, resumable: bool = False
+    ) -> list[Any]:
+        """Wait for every ticket of `call`; one result per worker (None where not called).
+
+        Raises:
+            TimeoutError: Names the envs that did not answer; with `resumable` the call stays
+                waitable (the answers already in are kept), else it is given up.
+            RemoteEnvError: An env raised (`EnvCrashedError`: a worker died).
+        """
+        seconds = self.options.timeout if timeout is None else timeout
+        try:
+            _wait(call.tickets, _deadline(seconds), len(call.tickets))
+            values = self._judge(call, seconds, resumable)
+            results: list[Any] = [None] * len(self.pool.slots)
+            for ticket, value in zip(call.tickets, values, strict=True):
+                results[ticket.slot] = value
+            return results
+        except TimeoutError:
+            if not resumable:
+                self.abandon(call)
+            raise
+        except BaseException:
+            self.abandon(call)
+            raise
+
+    def run(
+        self, op: str, args_per_slot: Sequence[tuple[Any, ...] | None], label: str
+    ) -> list[Any]:
+        """`launch` and `wait`; the call is given up if anything interrupts it."""
+        return self.wait(self.launch(op, args_per_slot, label))
+
+    def apply(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None = None,
+        label: str | None = None,
+    ) -> list[Any]:
+        """Call env method `method` on each env whose args are not None; a result per env."""
+        args_per_slot = self.apply_args(method, args_per_env, kwargs_per_env)
+        return self.spread(self.run("apply", args_per_slot, label or method))
+
+    def apply_args(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[tuple[Any, ...] | None]:
+        """The arguments of the ``apply`` operation of each worker (None: none of its envs)."""
+        kwargs_per_env = kwargs_per_env or [{}] * self.num_envs
+        args_per_slot: list[tuple[Any, ...] | None] = []
+        for slot in self.pool.slots:
+            env_args = [args_per_env[i] for i in slot.envs]
+            if all(a is None for a in env_args):
+                args_per_slot.append(None)
+            else:
+                env_kwargs = [dict(kwargs_per_env[i]) for i in slot.envs]
+                args_per_slot.append((method, env_args, env_kwargs))
+        return args_per_slot
+
+    def spread(self, results: Sequence[Any]) -> list[Any]:
+        """Per-worker ``apply`` results as one result per env (None where not called)."""
+        out: list[Any] = [None] * self.num_envs
+        for slot, result in zip(self.pool.slots, results, strict=True):
+            if result is not None:
+                out[slot.start : slot.stop] = result
+        return out
+
+    def abandon(self, call: Call) -> None:
+        """Give `call` up: replies still to come for it are dropped."""
+        for ticket in call.tickets:
+            if ticket.outcome is None and ticket.link is not None:
+                ticket.link.forget(ticket)
+
+    # -- first-ready ------------------------------------------------------------------------
+    def send(self, call: Call, kind: str) -> None:
+        """Put the tickets of a launched `call` in flight for `first_ready`."""
+        self.in_flight.extend((ticket, kind) for ticket in call.tickets)
+
+    def first_ready(self, min_envs: int, timeout: float | None) -> list[tuple[Ticket, str, Any]]:
+        """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
+
+        Everything already finished is included. On a timeout the tickets stay in flight.
+        """
+        seconds = self.options.timeout if timeout is None else timeout
+        deadline = _deadline(seconds)
+        tickets = [ticket for ticket, _ in self.in_flight]
+        while sum(len(t.envs) for t in tickets if t.outcome is not None) < min_envs:
+            before = sum(t.outcome is not None for t in tickets)
+            _wait(tickets, deadline, before + 1)
+            if sum(t.outcome is not None for t in tickets) == before:
+                late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
+                raise TimeoutError(
+                    f"`recv` timed out after {seconds} s: env(s) {late} did not answer. They "
+                    "stay in flight: call `recv` again to wait longer, or close this vector env."
+                )
+        done = [(t, kind) for t, kind in self.in_flight if t.outcome is not None]
+        self.in_flight = [(t, kind) for t, kind in self.in_flight if t.outcome is None]
+        values = self._judge(Call("step", "recv", [t for t, _ in done]), seconds, False)
+        return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]
+
+    # -- judging outcomes (the one place that decides: result, restart or raise) -------------
+    def _judge(self, call: Call, seconds: float | None, resumable: bool) -> list[Any]:
+        lost = [t for t in call.tickets if t.outcome is None or t.outcome.died]
+        if lost and self.pool.can_restart and call.op != "close":
+            self._replace(call, lost)
+        failures = [t for t in call.tickets if t.outcome is not None and not t.outcome.ok]
+        if failures:
+            raise self._error(call, failures)
+        late = sorted(i for t in call.tickets if t.outcome is None for i in t.envs)
+        if late:
+            again = (
+                " The envs that answered keep their results: call `step_wait` again to wait longer."
+                if resumable
+                else " Their call is still running: the next call to them waits behind it."
+            )
+            raise TimeoutError(
+                f"`{call.label}` timed out after {seconds} s: env(s) {late} did not answer."
+                f"{again} Raise `timeout` if the env is slow, or close this vector env "
+                "(`on_actor_failure='restart'` restarts such workers instead)."
+            )
+        return [t.outcome.value for t in call.tickets if t.outcome is not None]
+
+    def _replace(self, call: Call, lost: list[Ticket]) -> None:
+        """Restart the workers of `lost` tickets and give each ticket its replacement's answer."""
+        retries = []
+        for ticket in lost:
+            if ticket.outcome is None:
+                ticket.link.forget(ticket)
+            why = "did not answer in time" if ticket.outcome is None else "died"
+            self.pool.restart(ticket.slot, ticket.generation, call.label, why)
+            slot = self.pool.slots[ticket.slot]
+            retry = Ticket(ticket.slot, slot.generation, ticket.op, ticket.args, ticket.envs)
+            slot.link.submit(retry)
+            retries.append(retry)
+        _wait(retries, _deadline(self.options.bound), len(retries))
+        for ticket, retry in zip(lost, retries, strict=True):
+            if retry.outcome is None or retry.outcome.died:
+                error = retry.outcome.error if retry.outcome is not None else None
+                raise EnvCrashedError(
+                    ticket.envs[0],
+                    call.label,
+                    error or TimeoutError("the restarted worker did not answer"),
+                    env_indices=ticket.envs,
+                )
+            ticket.outcome = retry.outcome
+
+    def _error(self, call: Call, failures: list[Ticket]) -> RemoteEnvError:
+        self.abandon(call)
+        named: list[tuple[list[int], BaseException, bool]] = []
+        for ticket in failures:
+            assert ticket.outcome is not None
+            error = ticket.outcome.error or RuntimeError("no error was reported")
+            cause = getattr(error, "cause", None)
+            envs = cause.env_indices if isinstance(cause, _EnvFailures) else list(ticket.envs)
+            named.append((envs, error, ticket.outcome.died))
+        first_envs, first_error, died = named[0]
+        kind = EnvCrashedError if died else RemoteEnvError
+        indices = [i for envs, _, _ in named for i in envs]
+        error = kind(first_envs[0], call.label, first_error, env_indices=indices)
+        error.__cause__ = first_error
+        return error
+
+    # -- whole-pool operations ----------------------------------------------------------------
+    def note_seeds(self, seeds: Sequence[int | None]) -> None:
+        """Remember each env's last seed (restarted envs get one derived from it)."""
+        for i, seed in enumerate(seeds):
+            if seed is not None:
+                self.pool.seeds[i] = seed
+
+    def has_method(self, name: str) -> list[bool]:
+        """Whether each env has a method `name` (asked once, then cached)."""
+        if name not in self._has_method:
+            answers = self.run("has_method", [(name,)] * len(self.pool.slots), "has_method")
+            self._has_method[name] = [flag for answer in answers for flag in answer]
+        return self._has_method[name]
+
+    def node_ids(self) -> tuple[str, ...]:
+        """The Ray node id of each env's worker, by env index."""
+        nodes = self.run("node_id", [()] * len(self.pool.slots), "node_ids")
+        return tuple(
+            node for slot, node in zip(self.pool.slots, nodes, strict=True) for _ in slot.envs
+        )
+
+    def close(self, *, kill: bool = True) -> None:
+        """Close every env, then kill the workers; bounded in time, idempotent.
+
+        An env whose ``close`` fails or does not answer in time is logged and its worker
+        killed anyway; with ``kill=False`` (the user keeps the actors) the failure is raised.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        if self.pending is not None:
+            self.abandon(self.pending)
+        self.pending, self.in_flight = None, []
+        if not ray.is_initialized():  # Ray is gone (e.g. at interpreter exit), and the actors
+            for slot in self.pool.slots:
+                slot.link.close()
+            return
+        try:
+            tickets = []
+            for w, slot in enumerate(self.pool.slots):
+                ticket = Ticket(w, slot.generation, "close", (), tuple(slot.envs))
+                slot.link.submit(ticket)
+                tickets.append(ticket)
+            _wait(tickets, _deadline(min(self.options.bound, _CLOSE_S)), len(tickets))
+            failed = [t for t in tickets if t.outcome is None or not t.outcome.ok]
+            if failed:
+                error = self._close_error(Call("close", "close", tickets), failed)
+                if not kill:
+                    raise error
+                logger.warning("Killing the actors after a failed `close`: %s", error)
+        finally:
+            if kill:
+                self.pool.kill()
+            else:
+                for slot in self.pool.slots:
+                    slot.link.close()
+
+    def _close_error(self, call: Call, failed: list[Ticket]) -> Exception:
+        late = sorted(i for t in failed if t.outcome is None for i in t.envs)
+        errors = [t for t in failed if t.outcome is not None]
+        if errors:
+            return self._error(call, errors)
+        seconds = min(self.options.bound, _CLOSE_S)
+        return TimeoutError(f"`close` timed out after {seconds} s: env(s) {late} did not answer.")
+
+
+def _deadline(seconds: float | None) -> float | None:
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def _wait(tickets: list[Ticket], deadline: float | None, need: int) -> None:
+    """Settle tickets (over pipes and Ray calls alike) until `need` are settled or `deadline`."""
+    while True:
+        open_tickets = [t for t in tickets if t.outcome is None]
+        settled = len(tickets) - len(open_tickets)
+        if settled >= need or not open_tickets:
+            return
+        pipes = [t for t in open_tickets if t.link.kind == "pipe"]
+        rays = [t for t in open_tickets if t.link.kind == "ray"]
+        if pipes and rays:
+            if need >= len(tickets):  # all of them: the pipes, then the Ray calls
+                wait_pipes(pipes, deadline, len(pipes))
+                RayLink.wait(rays, deadline, len(rays))
+            else:  # the first to finish of either kind: take turns in short slices
+                slice_end = time.monotonic() + 0.002
+                wait_pipes(pipes, slice_end if deadline is None else min(deadline, slice_end), 1)
+                RayLink.wait(rays, time.monotonic() + 0.002, 1)
+        elif pipes:
+            wait_pipes(pipes, deadline, need - settled)
+        else:
+            RayLink.wait(rays, deadline, need - settled)
+        if deadline is not None and remaining(deadline) == 0:
+            open_left = [t for t in tickets if t.outcome is None]
+            if len(tickets) - len(open_left) < need and open_left:
+                return

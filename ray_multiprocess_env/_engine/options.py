@@ -1,0 +1,238 @@
+"""The engine's options, validated once, and every argument check of the package in one place.
+
+Each face (`RayVectorEnv`, `GymnasiumVectorEnv`, `SB3VecEnv`) and each helper that builds one
+turns its keyword arguments into one frozen `Options`; the checks here name the argument, the
+bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+from gymnasium.vector import AutoresetMode
+
+from ray_multiprocess_env.compat import as_autoreset_mode
+
+__all__ = [
+    "FAILURE_POLICIES",
+    "TRANSPORTS",
+    "TRANSPORT_VARIABLE",
+    "Options",
+    "check_env_fns",
+    "check_env_ids",
+    "check_length",
+    "check_positive_int",
+    "check_seed_list",
+    "envs_per_worker_argument",
+]
+
+#: The values of `transport`.
+TRANSPORTS = ("auto", "ray")
+#: The values of `on_actor_failure`.
+FAILURE_POLICIES = ("raise", "restart")
+#: The environment variable that sets the default `transport`.
+TRANSPORT_VARIABLE = "RAY_MULTIPROCESS_ENV_TRANSPORT"
+#: Seconds a restart or a `close` may take when `timeout` is None.
+DEFAULT_BOUND_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How a vector env runs its workers; made once by `Options.make`, never changed.
+
+    Attributes:
+        timeout: Seconds any one call may take, or None (wait as long as the envs take).
+        on_actor_failure: ``"raise"`` or ``"restart"``.
+        transport: ``"auto"`` (pipes to workers on the driver's node) or ``"ray"``.
+        autoreset_mode: gymnasium's autoreset mode of the batched ``step``.
+        check_actions: Whether actions are checked against the action space on the driver.
+        actor_options: ``ray.remote`` options of every worker.
+        placement: Where the workers run (see `plan_placement`).
+    """
+
+    timeout: float | None = None
+    on_actor_failure: str = "raise"
+    transport: str = "auto"
+    autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP
+    check_actions: bool = False
+    actor_options: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    placement: Any = None
+
+    @classmethod
+    def make(
+        cls,
+        *,
+        timeout: Any = None,
+        on_actor_failure: Any = "raise",
+        transport: Any = None,
+        autoreset_mode: Any = AutoresetMode.NEXT_STEP,
+        check_actions: Any = False,
+        actor_options: Any = None,
+        placement: Any = None,
+    ) -> Options:
+        """Validate every option; a `TypeError`/`ValueError` names the first bad one."""
+        if actor_options is not None and not isinstance(actor_options, Mapping):
+            raise TypeError(
+                f"`actor_options` must be a mapping of `ray.remote` options, got "
+                f"{actor_options!r}; e.g. `actor_options={{'num_cpus': 1}}`."
+            )
+        if on_actor_failure not in FAILURE_POLICIES:
+            raise ValueError(
+                f"`on_actor_failure` must be 'raise' or 'restart', got {on_actor_failure!r}."
+            )
+        if not isinstance(check_actions, bool):
+            raise TypeError(f"`check_actions` must be True or False, got {check_actions!r}.")
+        return cls(
+            timeout=check_timeout(timeout),
+            on_actor_failure=on_actor_failure,
+            transport=check_transport(transport),
+            autoreset_mode=as_autoreset_mode(autoreset_mode),
+            check_actions=check_actions,
+            actor_options=MappingProxyType(dict(actor_options or {})),
+            placement=placement,
+        )
+
+    @property
+    def bound(self) -> float:
+        """Seconds a restart or a `close` may take: `timeout`, or 60 s if it is None."""
+        return DEFAULT_BOUND_S if self.timeout is None else self.timeout
+
+
+def check_timeout(timeout: Any) -> float | None:
+    """`timeout` as float seconds or None; a TypeError/ValueError naming it otherwise."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
+        raise TypeError(f"`timeout` must be a number of seconds or None, got {timeout!r}.")
+    if timeout <= 0:
+        raise ValueError(
+            f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
+        )
+    return float(timeout)
+
+
+def check_transport(transport: Any) -> str:
+    """`transport`, or the environment's default when None; a ValueError naming it if bad."""
+    source = "`transport`"
+    if transport is None:
+        transport = os.environ.get(TRANSPORT_VARIABLE, "auto")
+        source = f"the {TRANSPORT_VARIABLE} environment variable"
+    if transport not in TRANSPORTS:
+        raise ValueError(
+            f"{source} must be one of {', '.join(map(repr, TRANSPORTS))}, got {transport!r}."
+        )
+    return str(transport)
+
+
+def check_env_fns(env_fns: Any) -> list[Callable[[], Any]]:
+    """`env_fns` as a list of callables, or a TypeError/ValueError saying what is wrong."""
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
+        raise TypeError(
+            f"`env_fns` must be a list of env factories (callables), got {env_fns!r}; "
+            "e.g. `[lambda: gymnasium.make('CartPole-v1')] * 8`."
+        )
+    factories: list[Callable[[], Any]] = list(env_fns)
+    if not factories:
+        raise ValueError("`env_fns` is empty; pass at least one env factory.")
+    for index, env_fn in enumerate(factories):
+        if not callable(env_fn):
+            raise TypeError(
+                f"`env_fns[{index}]` must be a callable that returns an env, got {env_fn!r}."
+            )
+    return factories
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """`value` as an int, or a TypeError/ValueError naming the argument `name`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be a positive int, got {value!r}.")
+    if value < 1:
+        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    return int(value)
+
+
+def envs_per_worker_argument(envs_per_worker: Any, envs_per_actor: Any, default: int = 1) -> int:
+    """`envs_per_worker`, or the deprecated `envs_per_actor` (with a `DeprecationWarning`)."""
+    if envs_per_actor is not None:
+        warnings.warn(
+            "`envs_per_actor` is deprecated; use `envs_per_worker` (the same meaning).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if envs_per_worker is not None and envs_per_worker != envs_per_actor:
+            raise ValueError(
+                f"`envs_per_worker={envs_per_worker!r}` and `envs_per_actor="
+                f"{envs_per_actor!r}` disagree; pass only `envs_per_worker`."
+            )
+        return check_positive_int("envs_per_actor", envs_per_actor)
+    if envs_per_worker is None:
+        return default
+    return check_positive_int("envs_per_worker", envs_per_worker)
+
+
+def check_length(argument: str, value: Any, num_envs: int, expected: str) -> None:
+    """A TypeError/ValueError unless `value` is a sequence of `num_envs` entries."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"`{argument}` must be a sequence with {expected}, got {value!r}.")
+    try:
+        length = len(value)
+    except TypeError:
+        raise TypeError(
+            f"`{argument}` must be a sequence with {expected}, got {value!r} "
+            f"({type(value).__name__})."
+        ) from None
+    if length != num_envs:
+        raise ValueError(
+            f"`{argument}` has {length} entries but there are {num_envs} envs; pass {expected}."
+        )
+
+
+def check_env_ids(env_ids: Any, num_envs: int, argument: str = "env_ids") -> list[int]:
+    """`env_ids` as a list of distinct ints in ``0..num_envs-1``, or an error naming it."""
+    if isinstance(env_ids, (numbers.Integral, str, bytes)) or not isinstance(env_ids, Iterable):
+        raise TypeError(f"`{argument}` must be a list of env indices, got {env_ids!r}.")
+    ids = list(env_ids)
+    for env in ids:
+        if isinstance(env, bool) or not isinstance(env, numbers.Integral):
+            raise TypeError(f"`{argument}` must hold ints, got {env!r}.")
+        if not 0 <= int(env) < num_envs:
+            raise ValueError(
+                f"`{argument}` contains {env} but there are {num_envs} envs "
+                f"(valid ids are 0..{num_envs - 1})."
+            )
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"`{argument}` repeats an env: {ids}.")
+    return [int(env) for env in ids]
+
+
+def check_seed_list(seed: Any, num_envs: int, argument: str = "seed") -> list[int | None]:
+    """None, an int (env ``i`` gets ``seed + i``) or one seed per env, as one entry per env."""
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        return [int(seed) + i for i in range(num_envs)]
+    if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
+        if len(seed) != num_envs:
+            raise ValueError(
+                f"`{argument}` has {len(seed)} entries but there are {num_envs} envs; pass "
+                "one seed per env, or one int."
+            )
+        out: list[int | None] = []
+        for index, item in enumerate(seed):
+            if item is not None and (
+                isinstance(item, bool) or not isinstance(item, numbers.Integral)
+            ):
+                raise TypeError(f"`{argument}[{index}]` must be an int or None, got {item!r}.")
+            out.append(None if item is None else int(item))
+        return out
+    raise TypeError(
+        f"`{argument}` must be None, an int or a list with one seed per env, got {seed!r}."
+    )

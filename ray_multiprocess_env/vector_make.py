@@ -1,0 +1,182 @@
+"""The constructors of `RayVectorEnv` that start its actors: `from_env_fns`, `from_remote_class`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import ray
+from gymnasium.vector import AutoresetMode
+
+from ray_multiprocess_env._engine import Engine, Options, Pool
+from ray_multiprocess_env._engine.options import check_positive_int, envs_per_worker_argument
+from ray_multiprocess_env.placement import plan_placement
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["VectorConstructors"]
+
+
+class VectorConstructors:
+    """The class methods that build a `RayVectorEnv` together with its actors."""
+
+    def _setup(self, engine: Engine, *, kill_on_close: bool = True) -> None:
+        raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
+
+    def seed(self, seeds: int | Sequence[int | None] | None = None) -> list[Any]:
+        """Seed the envs (see `RayVectorEnv.seed`)."""
+        raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
+
+    def close(self) -> None:
+        """Close the envs (see `RayVectorEnv.close`)."""
+        raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
+
+    @classmethod
+    def from_env_fns(
+        cls,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        envs_per_worker: int | None = None,
+        envs_per_actor: int | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        placement: Any = None,
+        timeout: float | None = None,
+        autoreset_mode: str | AutoresetMode = "next_step",
+        on_actor_failure: str = "raise",
+        check_actions: bool = False,
+        transport: str | None = None,
+        seed: int | Sequence[int | None] | None = None,
+    ) -> Self:
+        """Build the envs from factories inside worker actors holding `envs_per_worker` each.
+
+        The result behaves exactly like a `RayVectorEnv` over one actor per env (same return
+        values, masks, seeds and errors), but each remote call steps a whole worker's envs,
+        which is much faster for cheap envs. `remote_envs` are then the worker actors.
+
+        Args:
+            env_fns: One picklable factory per env, called once inside its worker.
+            envs_per_worker: How many envs each worker holds (the last may hold fewer; 1 if
+                None).
+            envs_per_actor: The deprecated name of `envs_per_worker`.
+            actor_options: Options for `ray.remote` of each worker (``num_cpus``,
+                ``num_gpus``, ``memory``, ``resources``, ``runtime_env``, ...).
+            placement: Where the workers run: None (Ray's default), ``"SPREAD"``, ``"PACK"``,
+                ``"STRICT_PACK"``, ``"STRICT_SPREAD"``, a placement group, ``(placement_group,
+                bundle_indices)`` or a Ray scheduling strategy; see `plan_placement`. A
+                placement group made here is removed by `close`; `timeout` (60 s if None) also
+                bounds the wait for it.
+            timeout: As for the constructor; it also bounds the workers' start.
+            autoreset_mode: Used by the gymnasium face's batched stepping only.
+            on_actor_failure: ``"raise"`` (a worker that dies raises `EnvCrashedError` naming
+                its envs) or ``"restart"``: a worker that dies, or does not answer within
+                `timeout`, is replaced by a new one from the same factories (its envs reset
+                with seeds derived from their last ones), and the call goes on; each of its
+                envs reports its lost episode at its next ``step``: gymnasium envs as
+                truncated, old-gym envs as not done with ``info["needs_reset"] = True``, both
+                with reward 0 and ``info["env_crashed"] = True``.
+            check_actions: As for the constructor.
+            transport: How operations reach the workers: ``"auto"`` (named pipes to workers on
+                the driver's node, served on the envs' own thread, Ray calls to the others;
+                about 4x less overhead per call) or ``"ray"`` (Ray calls only). None reads the
+                ``RAY_MULTIPROCESS_ENV_TRANSPORT`` environment variable (``"auto"`` if unset).
+            seed: As `seed` called right after construction.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from ray_multiprocess_env import RayVectorEnv
+            >>> fns = [lambda: gym.make("CartPole-v1") for _ in range(4)]
+            >>> with RayVectorEnv.from_env_fns(fns, envs_per_worker=2) as vec:
+            ...     obs, infos = vec.reset()
+            ...     print(vec.num_envs, len(vec.remote_envs))
+            4 2
+        """
+        per_worker = envs_per_worker_argument(envs_per_worker, envs_per_actor)
+        options = Options.make(
+            timeout=timeout,
+            on_actor_failure=on_actor_failure,
+            transport=transport,
+            autoreset_mode=autoreset_mode,
+            check_actions=check_actions,
+            actor_options=actor_options,
+            placement=placement,
+        )
+        vec = cls.__new__(cls)
+        vec._setup(Engine(Pool.start(env_fns, per_worker, options)))
+        if seed is not None:
+            try:
+                vec.seed(seed)
+            except BaseException:
+                vec.close()
+                raise
+        return vec
+
+    @classmethod
+    def from_remote_class(
+        cls,
+        actor_class: Any,
+        num_envs: int,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        placement: Any = None,
+        actor_options: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        check_actions: bool = False,
+    ) -> Self:
+        """Create `num_envs` actors of `actor_class` where `placement` says, as one vector env.
+
+        The same as ``RayVectorEnv([actor_class.options(...).remote(*args, **kwargs) ...])``
+        with each actor's options planned by `plan_placement`; a placement group made here is
+        removed by `close`.
+
+        Args:
+            actor_class: A Ray actor class, e.g. one made by `make_remote_class`.
+            num_envs: How many actors (one env each).
+            args: Positional arguments of every actor's ``__init__``.
+            kwargs: Keyword arguments of every actor's ``__init__``.
+            placement: As for `from_env_fns`.
+            actor_options: Extra ``.options(...)`` of every actor (``num_cpus``, ...).
+            timeout: As for the constructor.
+            check_actions: As for the constructor.
+
+        Example:
+            >>> import gymnasium as gym
+            >>> from ray_multiprocess_env import RayVectorEnv, make_remote_class
+            >>> class CartPole:
+            ...     def __init__(self):
+            ...         self.env = gym.make("CartPole-v1")
+            >>> RemoteCartPole = make_remote_class(CartPole, "env", gym.wrappers.TimeLimit)
+            >>> with RayVectorEnv.from_remote_class(RemoteCartPole, 2, placement="SPREAD") as vec:
+            ...     print(vec.num_envs, len(set(vec.node_ids())))
+            2 1
+        """
+        if not hasattr(actor_class, "options") or not hasattr(actor_class, "remote"):
+            raise TypeError(
+                f"`actor_class` must be a Ray actor class (with `.options` and `.remote`), got "
+                f"{actor_class!r}; make one with `make_remote_class` or `ray.remote`."
+            )
+        count = check_positive_int("num_envs", num_envs)
+        options = Options.make(
+            timeout=timeout,
+            check_actions=check_actions,
+            transport="ray",
+            actor_options=actor_options,
+            placement=placement,
+        )
+        plan = plan_placement(placement, count, actor_options, timeout=timeout)
+        actors = []
+        try:
+            for index in range(count):
+                created = actor_class.options(**plan.options(index))
+                actors.append(created.remote(*args, **dict(kwargs or {})))
+            pool = Pool.of_actors(actors, options)
+        except BaseException:
+            for actor in actors:
+                ray.kill(actor)
+            plan.release()
+            raise
+        pool.plan = plan
+        vec = cls.__new__(cls)
+        vec._setup(Engine(pool))
+        return vec

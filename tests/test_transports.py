@@ -1,0 +1,285 @@
+"""Every transport gives the same results, faults included (the transport-differential suite).
+
+Each test runs over ``transport="auto"`` (same-node pipes) and ``transport="ray"`` (Ray calls),
+so it tests pipes even when the suite runs again with ``RAY_MULTIPROCESS_ENV_TRANSPORT=ray``.
+"""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import functools
+import os
+import resource
+import signal
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from ray_multiprocess_env import (
+    EnvCrashedError,
+    GymnasiumVectorEnv,
+    RayVectorEnv,
+    RemoteEnvError,
+    SB3VecEnv,
+)
+from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
+from tests.test_vector import assert_killed, worker_pids
+
+TRANSPORTS = ["auto", "ray"]
+_cartpole = functools.partial(gym.make, "CartPole-v1")
+
+
+def _links(envs):
+    return [slot.link.kind for slot in envs._engine.pool.slots]
+
+
+@contextlib.contextmanager
+def _interrupt_after(seconds):
+    """Deliver a KeyboardInterrupt to the main thread after `seconds` (Jupyter's interrupt)."""
+    timer = threading.Timer(seconds, _thread.interrupt_main)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _main_module_class():
+    """A class whose module is ``__main__`` and which stdlib pickle cannot find there."""
+    namespace: dict = {}
+    exec(
+        "class Note:\n    def __init__(self, v):\n        self.v = v\n",
+        {"__name__": "__main__"},
+        namespace,
+    )
+    return namespace["Note"]
+
+
+def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
+    """`transport="auto"` serves local workers over pipes; "ray" and the variable opt out."""
+    with contextlib.closing(
+        GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="auto")
+    ) as envs:
+        assert _links(envs) == ["pipe", "pipe"]
+    with contextlib.closing(
+        GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="ray")
+    ) as envs:
+        assert _links(envs) == ["ray", "ray"]
+    monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "ray")
+    with contextlib.closing(GymnasiumVectorEnv([_cartpole] * 2, envs_per_worker=2)) as envs:
+        assert _links(envs) == ["ray"]
+
+
+def test_a_bad_transport_is_named(monkeypatch):
+    """A bad `transport` (argument or environment variable) is a ValueError naming it."""
+    with pytest.raises(ValueError, match=r"`transport` must be one of 'auto', 'ray', got 'shm'"):
+        GymnasiumVectorEnv([_cartpole], transport="shm")
+    monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "fast")
+    with pytest.raises(ValueError, match=r"RAY_MULTIPROCESS_ENV_TRANSPORT environment variable"):
+        GymnasiumVectorEnv([_cartpole])
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_same_results_as_sync_vector_env(transport, mode):
+    """Observations, rewards, dones and infos match SyncVectorEnv over 300 steps."""
+    envs = GymnasiumVectorEnv(
+        [_cartpole] * 6, envs_per_worker=3, autoreset_mode=mode, transport=transport
+    )
+    reference = gym.vector.SyncVectorEnv([_cartpole] * 6, autoreset_mode=mode)
+    obs, _ = envs.reset(seed=3)
+    np.testing.assert_array_equal(obs, reference.reset(seed=3)[0])
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        actions = rng.integers(0, 2, 6)
+        got, want = envs.step(actions), reference.step(actions)
+        for a, b in zip(got[:4], want[:4], strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got[4].keys() == want[4].keys()
+        if mode == AutoresetMode.DISABLED and (got[2] | got[3]).any():
+            mask = got[2] | got[3]
+            envs.reset(options={"reset_mask": mask})
+            reference.reset(options={"reset_mask": mask})
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_env_error_names_the_env_and_keeps_the_traceback(transport):
+    """An env that raises is named with its traceback; its siblings stepped and keep going."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    envs.reset()
+    with pytest.raises(
+        RemoteEnvError, match=r"env 3 failed in `step`: ValueError: negative"
+    ) as info:
+        envs.step(np.array([1, 1, 1, -1]))
+    assert info.value.env_indices == (3,)
+    assert "tests/envs.py" in info.value.remote_traceback
+    obs = envs.step(np.array([1, 1, 1, 1]))[0]
+    assert obs[:, 0].tolist() == [2.0, 2.0, 2.0, 1.0]  # env 2 stepped; env 3 did not
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_timeout_keeps_the_answers_and_step_wait_collects_the_rest(transport):
+    """A late worker raises TimeoutError; the answers already in are kept for `step_wait`."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, timeout=1.0, transport=transport)
+    envs.reset()
+    envs.set_attr("delay", [0.0, 2.0])
+    with pytest.raises(
+        TimeoutError,
+        match=r"timed out after 1.0 s: env\(s\) \[1\] did not answer\. The envs that answered",
+    ):
+        envs.step(np.array([1, 1]))
+    obs = envs.step_wait(timeout=10)[0]
+    assert obs[:, 0].tolist() == [1.0, 1.0]
+    envs.set_attr("delay", [0.0, 0.0])
+    assert envs.step(np.array([2, 2]))[0][:, 0].tolist() == [3.0, 3.0]
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_keyboard_interrupt_mid_step_leaves_the_env_usable(transport):
+    """Ctrl-C while a step is out (Jupyter's interrupt): the next calls work, results exact."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=30)
+    envs.reset()
+    envs.set_attr("delay", [0.3, 0.3, 0.3, 0.3])
+    for _ in range(3):
+        with pytest.raises(KeyboardInterrupt), _interrupt_after(0.1):
+            envs.step(np.array([1, 1, 1, 1]))
+    envs.set_attr("delay", [0.0, 0.0, 0.0, 0.0])  # runs after the interrupted steps
+    obs = envs.step(np.array([1, 1, 1, 1]))[0]
+    assert obs[:, 0].tolist() == [4.0, 4.0, 4.0, 4.0]  # every interrupted step ran once
+    with pytest.raises(KeyboardInterrupt), _interrupt_after(0.05):  # noqa: PT012
+        for _ in range(100_000):  # interrupts land anywhere in a fast loop
+            envs.step(np.array([0, 0, 0, 0]))
+    assert envs.step(np.array([1, 1, 1, 1]))[0][:, 0].tolist() == [5.0, 5.0, 5.0, 5.0]
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_results_with_a_class_from_main_come_back(transport):
+    """Infos holding a class defined in `__main__` (a notebook cell) step on every transport."""
+    note = _main_module_class()
+
+    class NoteWrapper(gym.Wrapper):
+        def step(self, action):
+            obs, reward, terminated, truncated, _ = self.env.step(action)
+            return obs, reward, terminated, truncated, {"note": note(int(obs[0]))}
+
+    envs = GymnasiumVectorEnv(
+        [lambda: NoteWrapper(FlakyEnv())] * 2, envs_per_worker=2, transport=transport
+    )
+    envs.reset()
+    for expected in (1, 2):
+        infos = envs.step(np.array([1, 1]))[4]
+        assert [type(n).__name__ for n in infos["note"]] == ["Note", "Note"]
+        assert [n.v for n in infos["note"]] == [expected, expected]
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2, transport=transport)
+    vec.set_attr("tag", [note(0), note(1)])  # and from the driver to the worker
+    assert [t.v for t in vec.get_attr("tag")] == [0, 1]
+    vec.close()
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_result_that_cannot_be_serialized_names_the_env(transport):
+    """A lock in an info is a RemoteEnvError naming that env; the env goes on."""
+    envs = GymnasiumVectorEnv([UnpicklableInfoEnv] * 2, envs_per_worker=1, transport=transport)
+    envs.reset()
+    with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`.*(pickle|serializ)"):
+        envs.step(np.array([1, 2]))
+    assert envs.step(np.array([1, 1]))[0][:, 0].tolist() == [2.0, 3.0]
+    envs.close()
+
+
+def test_over_pipes_the_env_whose_result_cannot_be_serialized_is_named():
+    """With several envs in a worker, the pipe transport names the env whose info fails."""
+    envs = GymnasiumVectorEnv([UnpicklableInfoEnv] * 3, envs_per_worker=3, transport="auto")
+    envs.reset()
+    with pytest.raises(
+        RemoteEnvError,
+        match=r"env 2 failed in `step`: TypeError: the result of `step` cannot be serialized",
+    ) as info:
+        envs.step(np.array([1, 1, 2]))
+    assert info.value.env_indices == (2,)
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_every_env_method_runs_on_the_thread_that_built_the_env(transport):
+    """Thread-bound envs (EGL, pygame, signal.alarm in step) work with every transport."""
+    vec = RayVectorEnv.from_env_fns([ThreadBoundEnv] * 2, envs_per_worker=2, transport=transport)
+    vec.reset()
+    vec.step([1, 1])
+    vec.call("render")
+    envs = GymnasiumVectorEnv([ThreadBoundEnv] * 2, envs_per_worker=2, transport=transport)
+    envs.reset(seed=0)
+    envs.step(np.array([1, 1]))
+    envs.render()
+    envs.async_reset()
+    envs.recv()
+    envs.close()
+    vec.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_driver_with_many_open_descriptors_steps(transport):
+    """Descriptors numbered over 1024 in the driver do not break waiting (no `select`)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1300:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, transport=transport)
+        envs.reset()
+        assert envs.step(np.array([1, 1]))[0][:, 0].tolist() == [1.0, 1.0]
+        envs.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("moment", ["between steps", "during a step"])
+def test_a_worker_killed_is_named(transport, moment):
+    """SIGKILL: EnvCrashedError names every env of the dead worker, idle or busy."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    envs.reset()
+    pid = worker_pids(envs)[1]
+    if moment == "during a step":
+        envs.set_attr("delay", [0.0, 0.0, 30.0, 30.0])
+        envs.step_async(np.array([1, 1, 1, 1]))
+        time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    assert_killed(envs.remote_envs[1])
+    finish = envs.step_wait if moment == "during a step" else lambda: envs.step(np.ones(4, int))
+    with pytest.raises(EnvCrashedError, match=r"env 2 failed in `step` \(env\(s\) \[3\]"):
+        finish()
+    envs.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sb3_faces_agree_across_transports(transport):
+    """SB3VecEnv gives DummyVecEnv's results over every transport."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    ours = SB3VecEnv([_cartpole] * 4, envs_per_worker=2, transport=transport)
+    reference = DummyVecEnv([_cartpole] * 4)
+    ours.seed(1)
+    reference.seed(1)
+    np.testing.assert_array_equal(ours.reset(), reference.reset())
+    for step in range(60):
+        actions = np.array([(step + i) % 2 for i in range(4)])
+        got, want = ours.step(actions), reference.step(actions)
+        for a, b in zip(got[:3], want[:3], strict=True):
+            np.testing.assert_array_equal(a, b)
+    ours.close()
