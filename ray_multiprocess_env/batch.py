@@ -14,7 +14,15 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-__all__ = ["batch_length", "join_batches", "split_batch", "stack", "take", "unstack"]
+__all__ = [
+    "batch_length",
+    "join_batches",
+    "split_batch",
+    "stack",
+    "take",
+    "unstack",
+    "unzip",
+]
 
 
 def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
@@ -81,3 +89,18 @@ def batch_length(space: spaces.Space[Any], batch: Any) -> int | None:
     else:
         return len(batch) if np.ndim(batch) > 0 or isinstance(batch, (list, tuple)) else None
     return lengths.pop() if len(lengths) == 1 else None
+
+
+def unzip(results: Sequence[Any]) -> tuple[Any, ...]:
+    """Turn per-env results into per-field tuples when every result is a tuple of one length.
+
+    Example:
+        >>> unzip([(1, "a"), (2, "b")])
+        ((1, 2), ('a', 'b'))
+        >>> unzip([1, 2])
+        (1, 2)
+    """
+    lengths = {len(r) for r in results if isinstance(r, tuple)}
+    if results and len(lengths) == 1 and all(isinstance(r, tuple) for r in results):
+        return tuple(zip(*results, strict=True))
+    return tuple(results)

@@ -30,6 +30,10 @@ class RemoteEnvError(RuntimeError):
         method: The name of the env method that was called.
         env_indices: Every env index that failed in the same call, in order.
         remote_traceback: Ray's report of the failure, with the traceback from the actor.
+        results: For a batched ``step`` of `GymnasiumVectorEnv`, what ``step`` would have
+            returned: the envs that did not fail as they stepped (a terminal transition
+            included), a failed env with its last observation, reward 0, not done and
+            ``infos["env_error"]``; None where not every worker answered.
     """
 
     def __init__(
@@ -44,6 +48,8 @@ class RemoteEnvError(RuntimeError):
         self.method = method
         self.env_indices = tuple(env_indices) if env_indices is not None else (env_index,)
         self.remote_traceback = _ANSI_ESCAPE.sub("", str(cause))
+        self.worker_results: dict[int, Any] = {}
+        self.results: Any = None
         others = [i for i in self.env_indices if i != env_index]
         also = f" (env(s) {others} failed in the same call too)" if others else ""
         super().__init__(

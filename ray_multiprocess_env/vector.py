@@ -9,17 +9,18 @@ tuples. Its constructors live in `vector_make.py`.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ray.actor import ActorHandle
 
 from ray_multiprocess_env._engine import Engine, Options, Pool
-from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
-from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info, reset_obs
+from ray_multiprocess_env._engine.options import check_length, check_seed_list
+from ray_multiprocess_env.batch import unzip
+from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info
 from ray_multiprocess_env.errors import NoPendingCallError
 from ray_multiprocess_env.vector_make import VectorConstructors
+from ray_multiprocess_env.vector_ready import FirstReady
 from ray_multiprocess_env.worker import WORKER_ENV_METHODS
 
 if TYPE_CHECKING:
@@ -30,22 +31,7 @@ __all__ = ["RayVectorEnv", "unzip"]
 _NO_OBS = object()
 
 
-def unzip(results: Sequence[Any]) -> tuple[Any, ...]:
-    """Turn per-env results into per-field tuples when every result is a tuple of one length.
-
-    Example:
-        >>> unzip([(1, "a"), (2, "b")])
-        ((1, 2), ('a', 'b'))
-        >>> unzip([1, 2])
-        (1, 2)
-    """
-    lengths = {len(r) for r in results if isinstance(r, tuple)}
-    if results and len(lengths) == 1 and all(isinstance(r, tuple) for r in results):
-        return tuple(zip(*results, strict=True))
-    return tuple(results)
-
-
-class RayVectorEnv(VectorConstructors):
+class RayVectorEnv(VectorConstructors, FirstReady):
     """A vector env over Ray actors, with the interface of pfrl's ``MultiprocessVectorEnv``.
 
     Works for any list of actors that have ``reset`` and ``step``: classes made by
@@ -248,97 +234,6 @@ class RayVectorEnv(VectorConstructors):
         """
         self._engine.close(kill=self._kill_on_close)
 
-    # -- first-ready stepping (envpool's send/recv, RLlib's RemoteVectorEnv) -----------------
-    def async_reset(self) -> None:
-        """Reset every env without waiting; `recv` then returns them as they finish."""
-        self._engine.check_idle("async_reset")
-        seeds, self._next_seeds = self._next_seeds, [None] * self.num_envs
-        kwargs = [{} if s is None else {"seed": s} for s in seeds]
-        args = self._engine.apply_args("reset", [()] * self.num_envs, kwargs)
-        self._engine.send(self._engine.launch("apply", args, "async_reset"), "reset")
-        self._engine.note_seeds(seeds)
-
-    def send(self, actions: Sequence[Any], env_ids: Sequence[int]) -> None:
-        """Step the envs `env_ids` with `actions` (one each) without waiting for them.
-
-        Raises:
-            ValueError: If an env id is out of range, repeated, or has a call in flight
-                (`recv` its result first), or `actions` and `env_ids` differ in length.
-        """
-        engine = self._engine
-        engine.check_open("send")
-        if engine.pending is not None:
-            engine.check_idle("send")
-        env_ids = check_env_ids(env_ids, self.num_envs)
-        if len(actions) != len(env_ids):
-            raise ValueError(
-                f"`actions` has {len(actions)} entries but `env_ids` has {len(env_ids)}; "
-                "pass one action per env id."
-            )
-        self._check_not_busy(env_ids, "sending it another action")
-        self._check_in_space(actions, env_ids)
-        per_env: list[tuple[Any, ...] | None] = [None] * self.num_envs
-        for env, action in zip(env_ids, actions, strict=True):
-            per_env[env] = (action,)
-        envs = [[i for i in range(a, b) if per_env[i] is not None] for a, b in engine.bounds]
-        engine.send(
-            engine.launch("apply", engine.apply_args("step", per_env), "send", envs), "step"
-        )
-
-    def recv(
-        self, batch_size: int | None = None, timeout: float | None = None
-    ) -> tuple[list[int], tuple[Any, ...]]:
-        """Receive the results of the first envs to finish what `send`/`async_reset` started.
-
-        Args:
-            batch_size: Wait until at least this many envs have finished (all envs of an actor
-                finish together, so more may come back); None waits for every env in flight.
-            timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry a
-                `TimeoutError` names the envs that did not answer; they stay in flight.
-
-        Returns:
-            ``(env_ids, results)``: the env ids in ascending order and their results unzipped as
-            `step` returns them. An env coming back from `async_reset` looks like a step with
-            reward 0 and not done: ``(obs, 0.0, False, False, info)`` for gymnasium envs,
-            ``(obs, 0.0, False, {})`` for old-gym envs.
-        """
-        received = []
-        for ticket, kind, values in self._engine.first_ready(self._recv_size(batch_size), timeout):
-            start = self._engine.pool.slots[ticket.slot].start
-            for env in ticket.envs:
-                result = values[env - start]
-                received.append((env, _reset_as_step(result) if kind == "reset" else result))
-        received.sort(key=lambda item: item[0])
-        for env, result in received:
-            self._last_obs[env] = result[0] if isinstance(result, tuple) else result
-        return [env for env, _ in received], unzip([result for _, result in received])
-
-    def reset_env(self, env_id: int, **kwargs: Any) -> Any:
-        """Reset one env now, while others may be in flight (RLlib's ``try_reset``).
-
-        Args:
-            env_id: The env to reset; it must not have a call in flight.
-            **kwargs: Passed to the env's ``reset`` (e.g. ``seed=``, ``options=``).
-
-        Returns:
-            What the env's ``reset`` returns.
-        """
-        engine = self._engine
-        engine.check_open("reset_env")
-        if engine.pending is not None:
-            engine.check_idle("reset_env")
-        (env,) = check_env_ids([env_id], self.num_envs, argument="env_id")
-        self._check_not_busy([env], "resetting it")
-        args: list[tuple[Any, ...] | None] = [None] * self.num_envs
-        args[env] = ()
-        kwargs_per_env = [dict(kwargs)] * self.num_envs
-        if self._next_seeds[env] is not None and "seed" not in kwargs:
-            kwargs_per_env[env] = {**kwargs, "seed": self._next_seeds[env]}
-        result = engine.apply("reset", args, kwargs_per_env)[env]
-        self._next_seeds[env] = None
-        self._last_obs[env] = reset_obs(result)
-        return result
-
     # -- gymnasium-style helpers --------------------------------------------------------------
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method `name` on every env with the same arguments; one result per env.
@@ -462,29 +357,6 @@ class RayVectorEnv(VectorConstructors):
             self._attr_cache[name] = self._engine.apply("get_attr", args)[0]
         return self._attr_cache[name]
 
-    def _check_not_busy(self, env_ids: Iterable[int], then: str) -> None:
-        busy = set(self._engine.busy_envs())
-        for env in env_ids:
-            if env in busy:
-                raise ValueError(
-                    f"env {env} already has a call in flight; `recv` its result before {then}."
-                )
-
-    def _recv_size(self, batch_size: Any) -> int:
-        """The number of envs `recv` waits for; errors if nothing is in flight."""
-        self._engine.check_open("recv")
-        busy = len(self._engine.busy_envs())
-        if not busy:
-            raise NoPendingCallError(
-                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
-                "first.",
-                "recv",
-            )
-        wanted = busy if batch_size is None else batch_size
-        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
-            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
-        return int(wanted)
-
     def _check_in_space(self, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
         if not self._engine.options.check_actions:
             return
@@ -495,9 +367,3 @@ class RayVectorEnv(VectorConstructors):
                     f"`actions[{position}]` = {action!r} for env {env} is outside the action "
                     f"space {space}; pass an action that `action_space.contains`."
                 )
-
-
-def _reset_as_step(result: Any) -> tuple[Any, ...]:
-    if is_obs_and_info(result):
-        return (result[0], 0.0, False, False, result[1])
-    return (result, 0.0, False, {})

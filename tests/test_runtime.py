@@ -14,6 +14,7 @@ from ray_multiprocess_env import ensure_runtime, shutdown_runtime, started_runti
 _FIRST_ACTOR_SCRIPT = textwrap.dedent(
     """
     import logging
+    import os
     import gymnasium as gym
     import ray
     from ray_multiprocess_env import make_remote_class, RayVectorEnv, started_runtime
@@ -33,12 +34,13 @@ _FIRST_ACTOR_SCRIPT = textwrap.dedent(
     obs, infos = vec.reset()
     print("started_runtime", started_runtime())
     print("dashboard", repr(ray._private.worker.global_worker.node.address_info.get("webui_url")))
+    print("auth", os.environ.get("RAY_AUTH_MODE"))
     """
 )
 
 
 def _run(script: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    environ = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
     environ.update(env)
     return subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=environ, timeout=300
@@ -52,6 +54,14 @@ def test_first_actor_starts_a_local_runtime_with_the_dashboard_off():
     assert "Started a local Ray runtime for ray_multiprocess_env (dashboard off)" in result.stderr
     assert "started_runtime True" in result.stdout
     assert "dashboard ''" in result.stdout or "dashboard None" in result.stdout
+    assert "auth token" in result.stdout  # token authentication, whatever the Ray version
+
+
+def test_a_users_auth_mode_is_kept():
+    """The library asks for token authentication only where the user chose nothing."""
+    result = _run(_FIRST_ACTOR_SCRIPT, RAY_AUTH_MODE="disabled")
+    assert result.returncode == 0, result.stderr
+    assert "auth disabled" in result.stdout
 
 
 def test_ray_address_joins_that_cluster(ray_address):

@@ -414,6 +414,7 @@ def test_close_without_killing_raises_a_failed_close():
         ([FlakyEnv], {"actor_options": 1}, TypeError, r"`actor_options` must be a mapping"),
     ],
 )
+@pytest.mark.filterwarnings("ignore:`envs_per_actor` is deprecated:DeprecationWarning")
 def test_from_env_fns_bad_arguments(env_fns, kwargs, error, match):
     """Bad arguments to from_env_fns name the argument and the fix."""
     with pytest.raises(error, match=match):
@@ -470,3 +471,14 @@ def test_optional_action_space_check(layout):
         with pytest.raises(ValueError, match=r"`actions\[0\]` = -1 for env 1 is outside"):
             vec.send([-1], [1])
         assert [o.item() for o in vec.step([1, 2])[0]] == [1.0, 2.0]
+
+
+def test_envs_per_actor_is_a_deprecated_alias():
+    """`envs_per_actor` still works, with a DeprecationWarning naming `envs_per_worker`."""
+    with pytest.warns(DeprecationWarning, match=r"use `envs_per_worker`"):
+        vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_actor=2)
+    assert len(vec.remote_envs) == 1
+    vec.close()
+    with pytest.raises(ValueError, match=r"disagree; pass only `envs_per_worker`"):
+        with pytest.warns(DeprecationWarning, match=r"`envs_per_actor` is deprecated"):
+            RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_actor=2, envs_per_worker=1)

@@ -216,7 +216,9 @@ class Engine:
         seconds = self.options.timeout if timeout is None else timeout
         deadline = _deadline(seconds)
         tickets = [ticket for ticket, _ in self.in_flight]
-        while sum(len(t.envs) for t in tickets if t.outcome is not None) < min_envs:
+        while any(t.outcome is None for t in tickets) and (
+            sum(len(t.envs) for t in tickets if t.outcome is not None) < min_envs
+        ):
             before = sum(t.outcome is not None for t in tickets)
             _wait(tickets, deadline, before + 1)
             if sum(t.outcome is not None for t in tickets) == before:
@@ -290,6 +292,14 @@ class Engine:
         indices = [i for envs, _, _ in named for i in envs]
         error = kind(first_envs[0], call.label, first_error, env_indices=indices)
         error.__cause__ = first_error
+        error.worker_results = {}  # what each worker answered, where it answered
+        for ticket in call.tickets:
+            outcome = ticket.outcome
+            cause = getattr(outcome.error, "cause", None) if outcome is not None else None
+            if outcome is not None and outcome.ok:
+                error.worker_results[ticket.slot] = outcome.value
+            elif isinstance(cause, _EnvFailures) and cause.partial is not None:
+                error.worker_results[ticket.slot] = cause.partial
         return error
 
     # -- whole-pool operations ----------------------------------------------------------------

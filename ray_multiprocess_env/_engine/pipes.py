@@ -128,6 +128,10 @@ class PipeLink:
         """The descriptor replies arrive on."""
         return self._done
 
+    def write_fileno(self) -> int:
+        """The descriptor messages are written to."""
+        return self._go
+
     @property
     def wants_write(self) -> bool:
         """Whether part of a message still waits to be written."""
@@ -149,30 +153,32 @@ class PipeLink:
 
     def flush(self) -> None:
         """Write what the pipe takes now of the queued messages, without blocking."""
-        while self._outbox and not self.broken:
+        gone = False
+        while self._outbox and not gone and not self.broken:
             with deferred_interrupts():
                 try:
-                    written = os.write(self._go, self._outbox)
+                    del self._outbox[: os.write(self._go, self._outbox)]
                 except BlockingIOError:
                     return
                 except OSError:  # the worker closed its end: it is gone
-                    self._break()
-                    return
-                del self._outbox[:written]
+                    gone = True
+        if gone:
+            self._break()
 
     def pump(self) -> None:
         """Read what has arrived and settle the tickets whose whole reply is in."""
+        ended = False
         with deferred_interrupts():
-            while True:
+            while not ended:
                 try:
                     chunk = os.read(self._done, _PIPE_SIZE)
                 except BlockingIOError:
                     break
-                if not chunk:
-                    self._break()
-                    break
+                ended = not chunk
                 self._inbox += chunk
             self._take_messages()
+        if ended:
+            self._break()  # outside the deferral: asking Ray why may take a moment
 
     def _take_messages(self) -> None:
         view, start = memoryview(self._inbox), 0
@@ -224,19 +230,20 @@ def wait_pipes(tickets: list[Ticket], deadline: float | None, min_count: int) ->
         open_tickets = [t for t in tickets if t.outcome is None]
         if len(tickets) - len(open_tickets) >= min_count or not open_tickets:
             return
-        links = {id(t.link): t.link for t in open_tickets}
-        poller = select.poll()
-        for link in links.values():
-            events = select.POLLIN | (select.POLLOUT if link.wants_write else 0)
-            poller.register(link._done, select.POLLIN)
-            if events & select.POLLOUT:
-                poller.register(link._go, select.POLLOUT)
+        poller, readers, writers = select.poll(), {}, {}
+        for link in {id(t.link): t.link for t in open_tickets}.values():
+            readers[link.fileno()] = link
+            poller.register(link.fileno(), select.POLLIN)
+            if link.wants_write:  # a message still half in its out-buffer
+                writers[link.write_fileno()] = link
+                poller.register(link.write_fileno(), select.POLLOUT)
         left = remaining(deadline)
-        by_fd = {fd: link for link in links.values() for fd in (link._done, link._go)}
         ready = poller.poll(None if left is None else int(left * 1000) + 1)
         for fd, _ in ready:
-            link = by_fd[fd]
-            link.pump() if fd == link._done else link.flush()
+            if fd in readers:
+                readers[fd].pump()
+            else:
+                writers[fd].flush()
         if not ready and left is not None and left <= 0:
             return
 

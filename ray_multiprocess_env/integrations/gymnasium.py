@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space, iterate
 from ray_multiprocess_env._engine import Engine, Options, Pool
 from ray_multiprocess_env._engine.options import check_env_ids, check_seed_list
 from ray_multiprocess_env.batch import batch_length, join_batches, split_batch, take
-from ray_multiprocess_env.errors import NoPendingCallError
+from ray_multiprocess_env.errors import NoPendingCallError, RemoteEnvError
 from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
 
 __all__ = ["GymnasiumVectorEnv"]
@@ -191,10 +191,22 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             results = engine.wait(engine.pending, timeout, resumable=True)
         except TimeoutError:
             raise
+        except RemoteEnvError as error:
+            engine.pending = None
+            if len(error.worker_results) == len(self._bounds):  # every worker answered
+                error.results = self._step_results(
+                    [error.worker_results[g] for g in range(len(self._bounds))]
+                )
+                error.results[4]["env_error"] = np.isin(np.arange(self.num_envs), error.env_indices)
+                error.results[4]["_env_error"] = np.ones(self.num_envs, dtype=np.bool_)
+            raise
         except BaseException:
             engine.pending = None
             raise
         engine.pending = None
+        return self._step_results(results)
+
+    def _step_results(self, results: list[Any]) -> StepReturn:
         infos: dict[str, Any] = {}
         for g, result in enumerate(results):
             self._worker_obs[g] = result[0]

@@ -334,8 +334,12 @@ def test_an_env_error_leaves_a_terminated_sibling_to_autoreset():
     """A sibling that terminated in a step where another env raised is autoreset next step."""
     envs = GymnasiumVectorEnv([EndOnTwoEnv] * 2, envs_per_worker=2)
     envs.reset()
-    with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`"):
+    with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`") as info:
         envs.step(np.array([2, -1]))
+    _, rewards, terminated, _, infos = info.value.results  # env 0's terminal transition
+    assert terminated.tolist() == [True, False]
+    assert rewards.tolist() == [1.0, 0.0]
+    assert infos["env_error"].tolist() == [False, True]
     obs, rewards, terminated, _, _ = envs.step(np.array([1, 1]))
     assert rewards.tolist() == [0.0, 1.0]  # env 0 was reset (NEXT_STEP), not stepped past its end
     assert obs[:, 0].tolist() == [0.0, 1.0]
