@@ -15,6 +15,7 @@ import struct
 import traceback
 from typing import Any
 
+import numpy as np
 from ray import cloudpickle
 
 from ray_multiprocess_env.errors import _EnvFailures, _WorkerError
@@ -26,8 +27,33 @@ HEADER = struct.Struct("<qq")
 
 
 def dumps(value: Any) -> bytes:
-    """Serialize `value` as Ray would (cloudpickle, highest protocol)."""
+    """Serialize `value` as Ray would: cloudpickle, or stdlib pickle for plain data.
+
+    Plain data (numbers, strings, numpy arrays of numbers, and tuples, lists and dicts of them)
+    pickles the same either way, and stdlib pickle is several times faster for it; anything
+    else (classes from ``__main__`` or a notebook cell, lambdas, ...) goes through cloudpickle.
+    """
+    if _plain(value, 0):
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # type: ignore[no-untyped-call]
+
+
+_PLAIN_TYPES = (int, float, bool, str, bytes, type(None), np.generic)
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether `value` is plain data (see `dumps`), looking at most a few containers deep."""
+    if isinstance(value, _PLAIN_TYPES):
+        return True
+    if isinstance(value, np.ndarray):
+        return bool(value.dtype != object)
+    if depth > 4:
+        return False
+    if type(value) in (tuple, list):
+        return all(_plain(item, depth + 1) for item in value)
+    if type(value) is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def loads(data: bytes) -> Any:

@@ -19,6 +19,7 @@ left behind by a driver killed in that moment is removed by the next driver on t
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # the C functions: no enum conversions
 import contextlib
 import errno
 import fcntl
@@ -29,7 +30,6 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -42,6 +42,8 @@ from ray_multiprocess_env.errors import RemoteFailure
 __all__ = ["PipeLink", "deferred_interrupts", "pipes_supported", "wait_pipes"]
 
 _PREFIX = "ray-multiprocess-env-"
+_SIGINT = int(signal.SIGINT)
+_MAIN_THREAD = threading.main_thread()
 _PIPE_SIZE = 1 << 20  # ask the kernel for 1 MiB pipes (Linux), so frames pass in one go
 _F_SETPIPE_SZ = 1031
 
@@ -51,23 +53,43 @@ def pipes_supported() -> bool:
     return hasattr(os, "mkfifo") and hasattr(select, "poll")
 
 
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT back for the block and deliver it after, where a handler can be set."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append((signum, frame)))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received:
+class _DeferredInterrupts:
+    """See `deferred_interrupts`; a plain class, as it is entered a few times per step."""
+
+    __slots__ = ("_previous", "_received")
+    _active = False  # whether the main thread is inside one already (nested ones do nothing)
+
+    def __enter__(self) -> None:
+        self._previous = None
+        if _DeferredInterrupts._active or threading.current_thread() is not _MAIN_THREAD:
+            return
+        self._received: list[tuple[int, Any]] = []
+        self._previous = _signal.signal(_SIGINT, self._record)
+        _DeferredInterrupts._active = True
+
+    def _record(self, signum: int, frame: Any) -> None:
+        self._received.append((signum, frame))
+
+    def __exit__(self, *exc_info: object) -> None:
+        previous = self._previous
+        if previous is None:
+            return
+        _DeferredInterrupts._active = False
+        _signal.signal(_SIGINT, previous)
+        if self._received:
             if callable(previous):
-                previous(*received[0])
-            elif previous == signal.SIG_DFL:
+                previous(*self._received[0])
+            elif previous == _signal.SIG_DFL:
                 raise KeyboardInterrupt
+
+
+def deferred_interrupts() -> _DeferredInterrupts:
+    """Hold SIGINT back for a ``with`` block and deliver it after (main thread only).
+
+    Nested blocks do nothing; the C-level ``_signal`` functions keep the outer one cheap (a
+    few microseconds), since it runs a few times per step.
+    """
+    return _DeferredInterrupts()
 
 
 class PipeLink:
@@ -176,6 +198,8 @@ class PipeLink:
                     break
                 ended = not chunk
                 self._inbox += chunk
+                if len(chunk) < _PIPE_SIZE // 2:
+                    break  # all there was, most likely: `poll` tells when more comes
             self._take_messages()
         if ended:
             self._break()  # outside the deferral: asking Ray why may take a moment
@@ -230,13 +254,8 @@ def wait_pipes(tickets: list[Ticket], deadline: float | None, min_count: int) ->
         open_tickets = [t for t in tickets if t.outcome is None]
         if len(tickets) - len(open_tickets) >= min_count or not open_tickets:
             return
-        poller, readers, writers = select.poll(), {}, {}
-        for link in {id(t.link): t.link for t in open_tickets}.values():
-            readers[link.fileno()] = link
-            poller.register(link.fileno(), select.POLLIN)
-            if link.wants_write:  # a message still half in its out-buffer
-                writers[link.write_fileno()] = link
-                poller.register(link.write_fileno(), select.POLLOUT)
+        links = tuple({id(t.link): t.link for t in open_tickets}.values())
+        poller, readers, writers = _poller(links)
         left = remaining(deadline)
         ready = poller.poll(None if left is None else int(left * 1000) + 1)
         for fd, _ in ready:
@@ -246,6 +265,25 @@ def wait_pipes(tickets: list[Ticket], deadline: float | None, min_count: int) ->
                 writers[fd].flush()
         if not ready and left is not None and left <= 0:
             return
+
+
+_last_poller: tuple[tuple[PipeLink, ...], Any, dict[int, PipeLink]] | None = None
+
+
+def _poller(links: tuple[PipeLink, ...]) -> tuple[Any, dict[int, PipeLink], dict[int, PipeLink]]:
+    """A ``poll`` object for `links` (the last one again when only the same links read)."""
+    global _last_poller
+    writers = {link.write_fileno(): link for link in links if link.wants_write}
+    if not writers and _last_poller is not None and _last_poller[0] == links:
+        return _last_poller[1], _last_poller[2], writers
+    poller, readers = select.poll(), {}
+    for link in links:
+        readers[link.fileno()] = link
+        poller.register(link.fileno(), select.POLLIN)
+    for fd in writers:  # a message still half in its out-buffer
+        poller.register(fd, select.POLLOUT)
+    _last_poller = None if writers else (links, poller, readers)
+    return poller, readers, writers
 
 
 def _decode(payload: bytes) -> Outcome:
