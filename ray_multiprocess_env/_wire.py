@@ -38,14 +38,18 @@ def dumps(value: Any) -> bytes:
     return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # type: ignore[no-untyped-call]
 
 
-_PLAIN_TYPES = (int, float, bool, str, bytes, type(None), np.generic)
+_PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
 
 
 def _plain(value: Any, depth: int) -> bool:
-    """Whether `value` is plain data (see `dumps`), looking at most a few containers deep."""
-    if isinstance(value, _PLAIN_TYPES):
+    """Whether `value` is plain data (see `dumps`), looking at most a few containers deep.
+
+    Exact types only: a subclass (an `IntEnum` from a notebook cell, say) needs cloudpickle.
+    """
+    kind = type(value)
+    if kind in _PLAIN_TYPES or (isinstance(value, np.generic) and kind.__module__ == "numpy"):
         return True
-    if isinstance(value, np.ndarray):
+    if kind is np.ndarray:
         return bool(value.dtype != object)
     if depth > 4:
         return False

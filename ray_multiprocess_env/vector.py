@@ -18,7 +18,6 @@ from ray_multiprocess_env._engine import Engine, Options, Pool
 from ray_multiprocess_env._engine.options import check_length, check_seed_list
 from ray_multiprocess_env.batch import unzip
 from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info
-from ray_multiprocess_env.errors import NoPendingCallError
 from ray_multiprocess_env.vector_make import VectorConstructors
 from ray_multiprocess_env.vector_ready import FirstReady
 from ray_multiprocess_env.worker import WORKER_ENV_METHODS
@@ -139,20 +138,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry the
                 `TimeoutError` leaves the call pending: call `step_wait` again to wait longer.
         """
-        engine = self._engine
-        engine.check_open("step_wait")
-        if engine.pending is None:
-            raise NoPendingCallError(
-                "`step_wait` was called without a `step_async` before it.", "step_wait"
-            )
-        try:
-            results = engine.spread(engine.wait(engine.pending, timeout, resumable=True))
-        except TimeoutError:
-            raise
-        except BaseException:
-            engine.pending = None
-            raise
-        engine.pending = None
+        results = self._engine.spread(self._engine.wait_pending(timeout))
         for index, result in enumerate(results):
             self._last_obs[index] = result[0] if isinstance(result, tuple) else result
         return unzip(results)

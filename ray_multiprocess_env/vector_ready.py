@@ -6,7 +6,6 @@ returns as soon as at least ``batch_size`` envs are done. The tickets in flight 
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,7 +13,6 @@ from ray_multiprocess_env._engine import Engine
 from ray_multiprocess_env._engine.options import check_env_ids
 from ray_multiprocess_env.batch import unzip
 from ray_multiprocess_env.compat import is_obs_and_info, reset_obs
-from ray_multiprocess_env.errors import NoPendingCallError
 
 __all__ = ["FirstReady"]
 
@@ -37,10 +35,11 @@ class FirstReady:
     def async_reset(self) -> None:
         """Reset every env without waiting; `recv` then returns them as they finish."""
         self._engine.check_idle("async_reset")
-        seeds, self._next_seeds = self._next_seeds, [None] * self.num_envs
+        seeds = self._next_seeds
         kwargs = [{} if s is None else {"seed": s} for s in seeds]
         args = self._engine.apply_args("reset", [()] * self.num_envs, kwargs)
         self._engine.send(self._engine.launch("apply", args, "async_reset"), "reset")
+        self._next_seeds = [None] * self.num_envs
         self._engine.note_seeds(seeds)
 
     def send(self, actions: Sequence[Any], env_ids: Sequence[int]) -> None:
@@ -88,7 +87,9 @@ class FirstReady:
             ``(obs, 0.0, False, {})`` for old-gym envs.
         """
         received = []
-        for ticket, kind, values in self._engine.first_ready(self._recv_size(batch_size), timeout):
+        for ticket, kind, values in self._engine.first_ready(
+            self._engine.recv_size(batch_size), timeout
+        ):
             start = self._engine.pool.slots[ticket.slot].start
             for env in ticket.envs:
                 result = values[env - start]
@@ -131,21 +132,6 @@ class FirstReady:
                 raise ValueError(
                     f"env {env} already has a call in flight; `recv` its result before {then}."
                 )
-
-    def _recv_size(self, batch_size: Any) -> int:
-        """The number of envs `recv` waits for; errors if nothing is in flight."""
-        self._engine.check_open("recv")
-        busy = len(self._engine.busy_envs())
-        if not busy:
-            raise NoPendingCallError(
-                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
-                "first.",
-                "recv",
-            )
-        wanted = busy if batch_size is None else batch_size
-        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
-            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
-        return int(wanted)
 
 
 def _reset_as_step(result: Any) -> tuple[Any, ...]:

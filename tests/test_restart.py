@@ -219,3 +219,37 @@ def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog):
     vec.close()
     assert time.monotonic() - start < 90
     assert "restarting it" not in caplog.text
+
+
+def test_a_restart_settles_the_first_ready_calls_of_the_old_worker():
+    """A worker restarted by another call: its envs in flight come back as lost episodes."""
+    vec = RayVectorEnv.from_env_fns(
+        [FlakyEnv] * 2, envs_per_worker=2, timeout=1.0, on_actor_failure="restart"
+    )
+    vec.async_reset()
+    vec.recv()
+    vec.set_attr("delay", [5.0, 0.0])
+    vec.send([1], [0])
+    vec.reset_env(1)  # waits behind env 0's slow step: the worker is late and restarted
+    env_ids, (_, _, _, truncated, infos) = vec.recv()
+    assert env_ids == [0]
+    assert truncated == (True,)
+    assert infos[0]["env_crashed"]
+    vec.close()
+
+
+def test_a_shorter_step_wait_timeout_does_not_restart():
+    """`step_wait(timeout=...)` shorter than the vector env's only raises; the step goes on."""
+    envs = GymnasiumVectorEnv(
+        [FlakyEnv] * 2, envs_per_worker=1, timeout=30.0, on_actor_failure="restart"
+    )
+    envs.reset()
+    envs.set_attr("delay", [0.0, 1.5])
+    envs.step_async(np.array([1, 1]))
+    with pytest.raises(TimeoutError, match=r"env\(s\) \[1\] did not answer"):
+        envs.step_wait(timeout=0.3)
+    obs, _, _, truncated, infos = envs.step_wait()
+    assert obs[:, 0].tolist() == [1.0, 1.0]
+    assert not truncated.any()
+    assert "env_crashed" not in infos
+    envs.close()

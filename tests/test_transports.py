@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import enum
 import functools
 import os
 import resource
@@ -283,3 +284,34 @@ def test_sb3_faces_agree_across_transports(transport):
         for a, b in zip(got[:3], want[:3], strict=True):
             np.testing.assert_array_equal(a, b)
     ours.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_int_subclass_from_a_cell_travels_as_an_action(transport):
+    """Subclasses of plain types (an IntEnum defined in a cell) go through cloudpickle."""
+
+    class Move(enum.IntEnum):
+        STAY = 0
+        UP = 1
+
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2, transport=transport)
+    vec.reset()
+    obs = vec.step([Move.UP, Move.UP])[0]
+    assert [o.item() for o in obs] == [1.0, 1.0]
+    vec.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recv_keeps_the_good_answers_when_another_env_fails(transport):
+    """An env error in `recv` leaves the other envs' finished results for the next `recv`."""
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=1, transport=transport)
+    vec.async_reset()
+    vec.recv()
+    vec.send([1, -1], [0, 1])
+    time.sleep(0.5)  # both answered
+    with pytest.raises(RemoteEnvError, match=r"env 1 failed in `recv`: ValueError: negative"):
+        vec.recv()
+    env_ids, (obs, *_) = vec.recv()
+    assert env_ids == [0]
+    assert obs[0].item() == 1.0
+    vec.close()

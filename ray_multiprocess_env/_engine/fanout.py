@@ -15,19 +15,21 @@ they come), so a ``KeyboardInterrupt`` never leaves the vector env unusable.
 from __future__ import annotations
 
 import logging
-import time
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
 
 from ray_multiprocess_env._engine.options import Options
-from ray_multiprocess_env._engine.pipes import deferred_interrupts, wait_pipes
+from ray_multiprocess_env._engine.pipes import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
-from ray_multiprocess_env._engine.transport import RayLink, Ticket, remaining
+from ray_multiprocess_env._engine.transport import Ticket
+from ray_multiprocess_env._engine.wait import deadline_in, wait_tickets
 from ray_multiprocess_env.errors import (
     ClosedEnvError,
     EnvCrashedError,
+    NoPendingCallError,
     PendingCallError,
     RemoteEnvError,
     _EnvFailures,
@@ -48,11 +50,6 @@ class Call:
 
     def __init__(self, op: str, label: str, tickets: list[Ticket]) -> None:
         self.op, self.label, self.tickets = op, label, tickets
-
-    @property
-    def envs(self) -> list[int]:
-        """The envs this call answers for."""
-        return sorted(i for t in self.tickets for i in t.envs)
 
 
 class Engine:
@@ -113,16 +110,25 @@ class Engine:
         """
         self.check_open(label)
         tickets: list[Ticket] = []
-        with deferred_interrupts():
+        encoded = []
+        for w, args in enumerate(args_per_slot):  # first everything that can fail
+            if args is None:
+                continue
+            slot = self.pool.slots[w]
+            envs = tuple(slot.envs if envs_per_slot is None else envs_per_slot[w])
+            ticket = Ticket(w, slot.generation, op, args, envs)
             try:
-                for w, args in enumerate(args_per_slot):
-                    if args is None:
-                        continue
-                    slot = self.pool.slots[w]
-                    envs = tuple(slot.envs if envs_per_slot is None else envs_per_slot[w])
-                    ticket = Ticket(w, slot.generation, op, args, envs)
-                    slot.link.submit(ticket)
-                    tickets.append(ticket)
+                encoded.append(slot.link.encode(ticket))
+            except Exception as err:
+                raise TypeError(
+                    f"the arguments of `{label}` for env(s) {list(envs)} cannot be serialized "
+                    f"({type(err).__name__}: {err}); nothing was sent."
+                ) from err
+            tickets.append(ticket)
+        with deferred_interrupts():  # then send to every worker, or (on an error) give up
+            try:
+                for ticket, data in zip(tickets, encoded, strict=True):
+                    self.pool.slots[ticket.slot].link.submit(ticket, data)
             except BaseException:
                 self.abandon(Call(op, label, tickets))
                 raise
@@ -140,8 +146,8 @@ class Engine:
         """
         seconds = self.options.timeout if timeout is None else timeout
         try:
-            _wait(call.tickets, _deadline(seconds), len(call.tickets))
-            values = self._judge(call, seconds, resumable)
+            wait_tickets(call.tickets, deadline_in(seconds), len(call.tickets))
+            values = self._judge(call, seconds, resumable, restart_late=timeout is None)
             results: list[Any] = [None] * len(self.pool.slots)
             for ticket, value in zip(call.tickets, values, strict=True):
                 results[ticket.slot] = value
@@ -153,6 +159,42 @@ class Engine:
         except BaseException:
             self.abandon(call)
             raise
+
+    def wait_pending(self, timeout: float | None = None) -> list[Any]:
+        """Collect the pending `step_async`: one result per worker.
+
+        On a `TimeoutError` the step stays pending (the answers already in are kept); on any
+        other exception, or once collected, it is no longer pending.
+        """
+        self.check_open("step_wait")
+        if self.pending is None:
+            raise NoPendingCallError(
+                "`step_wait` was called without a `step_async` before it.", "step_wait"
+            )
+        try:
+            results = self.wait(self.pending, timeout, resumable=True)
+        except TimeoutError:
+            raise
+        except BaseException:
+            self.pending = None
+            raise
+        self.pending = None
+        return results
+
+    def recv_size(self, batch_size: Any) -> int:
+        """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
+        self.check_open("recv")
+        busy = len(self.busy_envs())
+        if not busy:
+            raise NoPendingCallError(
+                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
+                "first.",
+                "recv",
+            )
+        wanted = busy if batch_size is None else batch_size
+        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
+            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
+        return int(wanted)
 
     def run(
         self, op: str, args_per_slot: Sequence[tuple[Any, ...] | None], label: str
@@ -214,13 +256,13 @@ class Engine:
         Everything already finished is included. On a timeout the tickets stay in flight.
         """
         seconds = self.options.timeout if timeout is None else timeout
-        deadline = _deadline(seconds)
+        deadline = deadline_in(seconds)
         tickets = [ticket for ticket, _ in self.in_flight]
         while any(t.outcome is None for t in tickets) and (
             sum(len(t.envs) for t in tickets if t.outcome is not None) < min_envs
         ):
             before = sum(t.outcome is not None for t in tickets)
-            _wait(tickets, deadline, before + 1)
+            wait_tickets(tickets, deadline, before + 1)
             if sum(t.outcome is not None for t in tickets) == before:
                 late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
                 raise TimeoutError(
@@ -229,13 +271,29 @@ class Engine:
                 )
         done = [(t, kind) for t, kind in self.in_flight if t.outcome is not None]
         self.in_flight = [(t, kind) for t, kind in self.in_flight if t.outcome is None]
-        values = self._judge(Call("step", "recv", [t for t, _ in done]), seconds, False)
+        try:
+            values = self._judge(Call("step", "recv", [t for t, _ in done]), seconds, False)
+        except RemoteEnvError:  # the answers that came back fine wait for the next `recv`
+            self.in_flight[:0] = [(t, k) for t, k in done if t.outcome is not None and t.outcome.ok]
+            raise
         return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]
 
     # -- judging outcomes (the one place that decides: result, restart or raise) -------------
-    def _judge(self, call: Call, seconds: float | None, resumable: bool) -> list[Any]:
-        lost = [t for t in call.tickets if t.outcome is None or t.outcome.died]
-        if lost and self.pool.can_restart and call.op != "close":
+    def _judge(
+        self, call: Call, seconds: float | None, resumable: bool, restart_late: bool = False
+    ) -> list[Any]:
+        """The values of `call`'s tickets, after restarting lost workers; or the error.
+
+        A worker that died is restarted (with ``on_actor_failure="restart"``); one that is
+        late only when `restart_late` (the vector env's own `timeout` ran out, not a shorter
+        one given to this wait).
+        """
+        lost = [
+            t
+            for t in call.tickets
+            if (t.outcome is None and restart_late) or (t.outcome is not None and t.outcome.died)
+        ]
+        if lost and self.pool.can_restart:
             self._replace(call, lost)
         failures = [t for t in call.tickets if t.outcome is not None and not t.outcome.ok]
         if failures:
@@ -266,7 +324,7 @@ class Engine:
             retry = Ticket(ticket.slot, slot.generation, ticket.op, ticket.args, ticket.envs)
             slot.link.submit(retry)
             retries.append(retry)
-        _wait(retries, _deadline(self.options.bound), len(retries))
+        wait_tickets(retries, deadline_in(self.options.bound), len(retries))
         for ticket, retry in zip(lost, retries, strict=True):
             if retry.outcome is None or retry.outcome.died:
                 error = retry.outcome.error if retry.outcome is not None else None
@@ -287,8 +345,8 @@ class Engine:
             cause = getattr(error, "cause", None)
             envs = cause.env_indices if isinstance(cause, _EnvFailures) else list(ticket.envs)
             named.append((envs, error, ticket.outcome.died))
-        first_envs, first_error, died = named[0]
-        kind = EnvCrashedError if died else RemoteEnvError
+        first_envs, first_error, _ = named[0]
+        kind = EnvCrashedError if any(died for _, _, died in named) else RemoteEnvError
         indices = [i for envs, _, _ in named for i in envs]
         error = kind(first_envs[0], call.label, first_error, env_indices=indices)
         error.__cause__ = first_error
@@ -345,7 +403,7 @@ class Engine:
                 ticket = Ticket(w, slot.generation, "close", (), tuple(slot.envs))
                 slot.link.submit(ticket)
                 tickets.append(ticket)
-            _wait(tickets, _deadline(min(self.options.bound, _CLOSE_S)), len(tickets))
+            wait_tickets(tickets, deadline_in(self._close_seconds), len(tickets))
             failed = [t for t in tickets if t.outcome is None or not t.outcome.ok]
             if failed:
                 error = self._close_error(Call("close", "close", tickets), failed)
@@ -353,47 +411,21 @@ class Engine:
                     raise error
                 logger.warning("Killing the actors after a failed `close`: %s", error)
         finally:
-            if kill:
-                self.pool.kill()
-            else:
-                for slot in self.pool.slots:
-                    slot.link.close()
+            with deferred_interrupts():  # all or nothing: no worker left running
+                if kill:
+                    self.pool.kill()
+                else:
+                    for slot in self.pool.slots:
+                        slot.link.close()
 
     def _close_error(self, call: Call, failed: list[Ticket]) -> Exception:
         late = sorted(i for t in failed if t.outcome is None for i in t.envs)
         errors = [t for t in failed if t.outcome is not None]
         if errors:
             return self._error(call, errors)
-        seconds = min(self.options.bound, _CLOSE_S)
+        seconds = self._close_seconds
         return TimeoutError(f"`close` timed out after {seconds} s: env(s) {late} did not answer.")
 
-
-def _deadline(seconds: float | None) -> float | None:
-    return None if seconds is None else time.monotonic() + seconds
-
-
-def _wait(tickets: list[Ticket], deadline: float | None, need: int) -> None:
-    """Settle tickets (over pipes and Ray calls alike) until `need` are settled or `deadline`."""
-    while True:
-        open_tickets = [t for t in tickets if t.outcome is None]
-        settled = len(tickets) - len(open_tickets)
-        if settled >= need or not open_tickets:
-            return
-        pipes = [t for t in open_tickets if t.link.kind == "pipe"]
-        rays = [t for t in open_tickets if t.link.kind == "ray"]
-        if pipes and rays:
-            if need >= len(tickets):  # all of them: the pipes, then the Ray calls
-                wait_pipes(pipes, deadline, len(pipes))
-                RayLink.wait(rays, deadline, len(rays))
-            else:  # the first to finish of either kind: take turns in short slices
-                slice_end = time.monotonic() + 0.002
-                wait_pipes(pipes, slice_end if deadline is None else min(deadline, slice_end), 1)
-                RayLink.wait(rays, time.monotonic() + 0.002, 1)
-        elif pipes:
-            wait_pipes(pipes, deadline, need - settled)
-        else:
-            RayLink.wait(rays, deadline, need - settled)
-        if deadline is not None and remaining(deadline) == 0:
-            open_left = [t for t in tickets if t.outcome is None]
-            if len(tickets) - len(open_left) < need and open_left:
-                return
+    @property
+    def _close_seconds(self) -> float:
+        return min(self.options.bound, _CLOSE_S)

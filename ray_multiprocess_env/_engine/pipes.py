@@ -63,6 +63,8 @@ class _DeferredInterrupts:
         self._previous = None
         if _DeferredInterrupts._active or threading.current_thread() is not _MAIN_THREAD:
             return
+        if _signal.getsignal(_SIGINT) is None:  # a handler set from C: leave it alone
+            return
         self._received: list[tuple[int, Any]] = []
         self._previous = _signal.signal(_SIGINT, self._record)
         _DeferredInterrupts._active = True
@@ -112,10 +114,11 @@ class PipeLink:
             os.mkfifo(go, 0o600)
             os.mkfifo(done, 0o600)
             self._done = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
-            self.serve_ref = actor.serve.remote(go, done)
             try:
+                self.serve_ref = actor.serve.remote(go, done)
                 self._go = self._open_writer(go, deadline)
             except BaseException:
+                _release(go)  # a `serve` waiting to open `go` returns, so Ray calls work again
                 os.close(self._done)
                 raise
         finally:
@@ -159,14 +162,19 @@ class PipeLink:
         """Whether part of a message still waits to be written."""
         return bool(self._outbox)
 
-    def submit(self, ticket: Ticket) -> None:
+    @staticmethod
+    def encode(ticket: Ticket) -> bytes:
+        """`ticket`'s operation as bytes (done before anything is sent, so errors come first)."""
+        return dumps((ticket.op, ticket.args))
+
+    def submit(self, ticket: Ticket, data: bytes | None = None) -> None:
         """Queue `ticket`'s operation and write as much of it as the pipe takes now."""
         ticket.link = self
         if self.broken:
             ticket.outcome = self._death()
             return
         self._seq += 1
-        data = dumps((ticket.op, ticket.args))
+        data = self.encode(ticket) if data is None else data
         ticket.handle = self._seq
         with deferred_interrupts():
             self._outbox += HEADER.pack(self._seq, len(data)) + data
@@ -240,11 +248,20 @@ class PipeLink:
         return Outcome(False, error=cause, died=True)
 
     def close(self) -> None:
-        """Close both pipes; the worker's `serve` sees the end and returns."""
+        """Close both pipes; the worker's `serve` sees the end and returns.
+
+        Tickets still waiting are settled as lost with the worker (a restart sends them to
+        the new one), so none waits on a closed (and maybe reused) descriptor.
+        """
+        gone = Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
+        for ticket in self._waiting.values():
+            ticket.outcome = gone
         self._waiting.clear()
-        for fd in (self._go, self._done):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        if self._go >= 0:
+            for fd in (self._go, self._done):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._go = self._done = -1
         self.broken = True
 
 
@@ -296,6 +313,12 @@ def _decode(payload: bytes) -> Outcome:
         return Outcome(True, value)
     error, text = value
     return Outcome(False, error=RemoteFailure(error, text))
+
+
+def _release(path: str) -> None:
+    """Let a reader blocked opening the pipe `path` through, and give it end of file."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
 
 
 def _pipe_dir() -> str | None:

@@ -10,7 +10,6 @@ one is recognised.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ from ray.exceptions import GetTimeoutError, RayError
 from ray_multiprocess_env._engine.options import Options, check_env_fns, check_positive_int
 from ray_multiprocess_env._engine.pipes import PipeLink, pipes_supported
 from ray_multiprocess_env._engine.transport import RayLink, remaining
+from ray_multiprocess_env._engine.wait import deadline_in
 from ray_multiprocess_env.errors import EnvCrashedError
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.runtime import ensure_runtime
@@ -87,7 +87,7 @@ class Pool:
             for w, start in enumerate(range(0, len(factories), per_worker)):
                 stop = min(start + per_worker, len(factories))
                 pool.slots.append(Slot(pool._create(w, start, stop, None), start, stop, True))
-            pool._connect(pool.slots, _deadline(options.timeout), "start")
+            pool._connect(pool.slots, deadline_in(options.timeout), "start")
         except BaseException:
             pool.kill()
             raise
@@ -173,7 +173,7 @@ class Pool:
         slot.actor = self._create(index, slot.start, slot.stop, seeds)
         slot.link = RayLink(slot.actor, True)
         try:
-            self._connect([slot], _deadline(self.options.bound), label)
+            self._connect([slot], deadline_in(self.options.bound), label)
         except (TimeoutError, EnvCrashedError) as err:
             ray.kill(slot.actor, no_restart=True)
             raise EnvCrashedError(slot.start, label, err, env_indices=slot.envs) from err
@@ -186,10 +186,6 @@ class Pool:
                 ray.kill(slot.actor, no_restart=True)
         if self.plan is not None:
             self.plan.release()
-
-
-def _deadline(seconds: float | None) -> float | None:
-    return None if seconds is None else time.monotonic() + seconds
 
 
 def _grace(options: Options) -> float:

@@ -7,8 +7,8 @@ the worker's death), never an exception thrown across the engine. Two transports
 * `RayLink`: a Ray actor call per operation (any node; the only one for plain actors).
 * `PipeLink` (`pipes.py`): same-node named pipes, served on the worker's env thread.
 
-Both have ``submit(ticket)``, ``forget(ticket)`` and ``close()``; `wait_all` and `wait_any`
-wait on tickets of either kind under one deadline.
+Both have ``encode(ticket)``, ``submit(ticket)``, ``forget(ticket)`` and ``close()``;
+`wait.wait_tickets` waits on tickets of either kind under one deadline.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from typing import Any, NamedTuple
 
 import ray
-from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.exceptions import RayError, RayTaskError
 
 __all__ = ["Outcome", "RayLink", "Ticket", "remaining"]
 
@@ -69,7 +69,11 @@ class RayLink:
     def __init__(self, actor: Any, batched: bool) -> None:
         self.actor, self.batched = actor, batched
 
-    def submit(self, ticket: Ticket) -> None:
+    @staticmethod
+    def encode(ticket: Ticket) -> None:
+        """Nothing: Ray serializes the arguments when it sends them."""
+
+    def submit(self, ticket: Ticket, data: None = None) -> None:
         """Send `ticket`'s operation; a plain actor's local answers settle it at once."""
         ticket.link = self
         if self.batched:
@@ -116,11 +120,9 @@ class RayLink:
         """Set the outcome of `ticket`, whose object ref is ready."""
         try:
             value = ray.get(ticket.handle, timeout=0)
-        except RayActorError as err:
-            ticket.outcome = Outcome(False, error=err, died=True)
-        except RayTaskError as err:
+        except RayTaskError as err:  # the env (or the actor's method) raised
             ticket.outcome = Outcome(False, error=err)
-        except RayError as err:
+        except RayError as err:  # the actor died, or its result was lost with it
             ticket.outcome = Outcome(False, error=err, died=True)
         else:
             wrap = not self.batched and ticket.op == "apply"

@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space, iterate
 from ray_multiprocess_env._engine import Engine, Options, Pool
 from ray_multiprocess_env._engine.options import check_env_ids, check_seed_list
 from ray_multiprocess_env.batch import batch_length, join_batches, split_batch, take
-from ray_multiprocess_env.errors import NoPendingCallError, RemoteEnvError
+from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
 
 __all__ = ["GymnasiumVectorEnv"]
@@ -148,6 +148,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             else:
                 args.append((seeds[start:stop], options, worker_mask))
         results = self._engine.run("reset", args, "reset")
+        self._initial_seed = None
         self._engine.note_seeds(seeds)
         infos: dict[str, Any] = {}
         for g, result in enumerate(results):
@@ -181,18 +182,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
         On a `TimeoutError` the step stays pending: call `step_wait` again to wait longer.
         """
-        engine = self._engine
-        engine.check_open("step_wait")
-        if engine.pending is None:
-            raise NoPendingCallError(
-                "`step_wait` was called without a `step_async` before it.", "step_wait"
-            )
         try:
-            results = engine.wait(engine.pending, timeout, resumable=True)
-        except TimeoutError:
-            raise
+            results = self._engine.wait_pending(timeout)
         except RemoteEnvError as error:
-            engine.pending = None
             if len(error.worker_results) == len(self._bounds):  # every worker answered
                 error.results = self._step_results(
                     [error.worker_results[g] for g in range(len(self._bounds))]
@@ -200,10 +192,6 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
                 error.results[4]["env_error"] = np.isin(np.arange(self.num_envs), error.env_indices)
                 error.results[4]["_env_error"] = np.ones(self.num_envs, dtype=np.bool_)
             raise
-        except BaseException:
-            engine.pending = None
-            raise
-        engine.pending = None
         return self._step_results(results)
 
     def _step_results(self, results: list[Any]) -> StepReturn:
@@ -225,6 +213,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         seeds = self._seeds(seed)
         args = [(seeds[start:stop], None, None) for start, stop in self._bounds]
         self._engine.send(self._engine.launch("reset", args, "async_reset"), "reset")
+        self._initial_seed = None
         self._engine.note_seeds(seeds)
         self._finished[:] = False
 
@@ -267,21 +256,11 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             ascending env order; ``infos["env_id"]`` holds their env ids (as envpool does). An
             env back from `async_reset` has reward 0 and is not done.
         """
-        self._engine.check_open("recv")
-        busy = len(self._engine.busy_envs())
-        if not busy:
-            raise NoPendingCallError(
-                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
-                "first.",
-                "recv",
-            )
-        wanted = busy if batch_size is None else batch_size
-        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
-            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
         env_ids: list[int] = []
         parts: list[tuple[Any, ...]] = []
         info_items: list[tuple[int, list[dict[str, Any]]]] = []
-        for ticket, kind, result in self._engine.first_ready(int(wanted), timeout):
+        wanted = self._engine.recv_size(batch_size)
+        for ticket, kind, result in self._engine.first_ready(wanted, timeout):
             envs = list(ticket.envs)
             if kind == "reset":
                 reset_obs, worker_infos = result
@@ -368,9 +347,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     # -- helpers ------------------------------------------------------------------------------
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
-        """One seed per env; the constructor's `seed` is used (once) if the first reset has none."""
-        initial, self._initial_seed = self._initial_seed, None
-        return check_seed_list(initial if seed is None else seed, self.num_envs)
+        """One seed per env; the constructor's `seed` if this is the first reset and has none.
+
+        The caller sets ``_initial_seed = None`` once the reset is sent: the constructor's
+        seed is for the first reset only, whether or not that reset brought its own.
+        """
+        return check_seed_list(self._initial_seed if seed is None else seed, self.num_envs)
 
     def _check_rows(self, argument: str, batch: Any, rows: int) -> None:
         length = batch_length(self.single_action_space, batch)

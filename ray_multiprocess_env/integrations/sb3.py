@@ -93,6 +93,7 @@ class SB3VecEnv(VecEnv):
 
     def reset(self) -> Any:
         """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
+        self._engine.check_idle("reset")
         options = [opts or None for opts in self._options]
         args = [(self._seeds[a:b], options[a:b], None) for a, b in self._bounds]
         results = self._engine.run("reset", args, "reset")
@@ -118,18 +119,7 @@ class SB3VecEnv(VecEnv):
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Wait for the step; finished envs are reset in the same step."""
-        engine = self._engine
-        engine.check_open("step_wait")
-        if engine.pending is None:
-            raise RuntimeError("`step_wait` was called without a `step_async` before it.")
-        try:
-            results = engine.wait(engine.pending, resumable=True)
-        except TimeoutError:
-            raise
-        except BaseException:
-            engine.pending = None
-            raise
-        engine.pending = None
+        results = self._engine.wait_pending()
         infos: list[dict[str, Any]] = []
         dones = []
         for (start, _), result in zip(self._bounds, results, strict=True):
