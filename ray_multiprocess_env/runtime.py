@@ -2,8 +2,8 @@
 
 The library starts a Ray runtime only when none is running and the first actor is needed. With
 ``RAY_ADDRESS`` set it connects to that cluster instead; otherwise it starts a local runtime with
-the dashboard off and token authentication on (``RAY_AUTH_MODE=token`` unless you set
-``RAY_AUTH_MODE``), and says so in the log. It never shuts down a runtime it did not start.
+the dashboard off (and, as Ray >= 2.59 does for every local runtime, token authentication on),
+and says so in the log. It never shuts down a runtime it did not start.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ def ensure_runtime(**init_kwargs: Any) -> bool:
             return True
         options: dict[str, Any] = {"include_dashboard": False}
         options.update(init_kwargs)
-        os.environ.setdefault("RAY_AUTH_MODE", "token")  # the default from Ray 2.59 on
         ray.init(**options)
         _started_here = True
         logger.info(

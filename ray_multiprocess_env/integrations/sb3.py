@@ -47,6 +47,8 @@ class SB3VecEnv(VecEnv):
             reported done with ``TimeLimit.truncated`` and ``env_crashed`` in their infos).
         transport: ``"auto"`` (named pipes to workers on the driver's node) or ``"ray"``;
             see `RayVectorEnv.from_env_fns`.
+        seed: If given, as `seed` called right after construction (env ``i`` gets
+            ``seed + i`` at the first reset).
 
     Example:
         >>> import gymnasium as gym
@@ -68,6 +70,7 @@ class SB3VecEnv(VecEnv):
         timeout: float | None = None,
         on_actor_failure: str = "raise",
         transport: str | None = None,
+        seed: int | None = None,
     ) -> None:
         options = Options.make(
             timeout=timeout,
@@ -90,6 +93,8 @@ class SB3VecEnv(VecEnv):
             self._engine.num_envs, description["observation_space"], description["action_space"]
         )
         self.metadata = description["metadata"]
+        if seed is not None:
+            self.seed(seed)
 
     def reset(self) -> Any:
         """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
@@ -237,7 +242,7 @@ def make_sb3_vec_env(
     num_workers = check_positive_int("num_workers", num_workers)
     envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
     env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
-    envs = SB3VecEnv(
+    return SB3VecEnv(
         env_fns,
         envs_per_worker=envs_per_worker,
         actor_options=actor_options,
@@ -245,7 +250,5 @@ def make_sb3_vec_env(
         timeout=timeout,
         on_actor_failure=on_actor_failure,
         transport=transport,
+        seed=seed,
     )
-    if seed is not None:
-        envs.seed(seed)
-    return envs
