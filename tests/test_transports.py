@@ -26,7 +26,6 @@ from ray_multiprocess_env import (
     GymnasiumVectorEnv,
     RayVectorEnv,
     RemoteEnvError,
-    SB3VecEnv,
 )
 from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
 from tests.test_vector import assert_killed, worker_pids
@@ -271,7 +270,10 @@ def test_a_worker_killed_is_named(transport, moment):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_sb3_faces_agree_across_transports(transport):
     """SB3VecEnv gives DummyVecEnv's results over every transport."""
+    pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from ray_multiprocess_env import SB3VecEnv
 
     ours = SB3VecEnv([_cartpole] * 4, envs_per_worker=2, transport=transport)
     reference = DummyVecEnv([_cartpole] * 4)
