@@ -15,7 +15,6 @@ they come), so a ``KeyboardInterrupt`` never leaves the vector env unusable.
 from __future__ import annotations
 
 import logging
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,18 +23,17 @@ import ray
 from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pipes import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.state import Call, CallState
 from ray_multiprocess_env._engine.transport import Ticket
 from ray_multiprocess_env._engine.wait import deadline_in, wait_tickets
 from ray_multiprocess_env.errors import (
-    ClosedEnvError,
     EnvCrashedError,
     NoPendingCallError,
-    PendingCallError,
     RemoteEnvError,
     _EnvFailures,
 )
 
-__all__ = ["Call", "Engine"]
+__all__ = ["Engine"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,57 +41,20 @@ logger = logging.getLogger(__name__)
 _CLOSE_S = 30.0
 
 
-class Call:
-    """One operation launched on some workers: a ticket per worker."""
-
-    __slots__ = ("label", "op", "tickets")
-
-    def __init__(self, op: str, label: str, tickets: list[Ticket]) -> None:
-        self.op, self.label, self.tickets = op, label, tickets
-
-
-class Engine:
+class Engine(CallState):
     """The workers of one vector env and the calls to them (see the module docstring)."""
 
     def __init__(self, pool: Pool) -> None:
+        super().__init__()
         self.pool = pool
         self.options: Options = pool.options
         self.num_envs = pool.num_envs
-        self.closed = False
-        self.name = "vector env"  # the face's class name, for messages
-        self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
-        self.in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and what they are
         self._has_method: dict[str, list[bool]] = {}
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
         """``(start, stop)`` of each worker's envs."""
         return [(slot.start, slot.stop) for slot in self.pool.slots]
-
-    # -- the call state -----------------------------------------------------------------------
-    def check_open(self, name: str) -> None:
-        """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
-        if self.closed:
-            raise ClosedEnvError(f"`{name}` was called on a closed {self.name}; create a new one.")
-
-    def check_idle(self, name: str) -> None:
-        """Raise `PendingCallError` if a `step_async` or first-ready call is outstanding."""
-        self.check_open(name)
-        if self.pending is not None:
-            raise PendingCallError(
-                f"`{name}` was called while a `step_async` is pending; call `step_wait` first.",
-                self.pending.op,
-            )
-        if self.in_flight:
-            raise PendingCallError(
-                f"`{name}` was called while env(s) {self.busy_envs()} have calls in flight; "
-                "`recv` them first.",
-                "send",
-            )
-
-    def busy_envs(self) -> list[int]:
-        """The envs with a first-ready call in flight, sorted."""
-        return sorted(i for ticket, _ in self.in_flight for i in ticket.envs)
 
     # -- launching and waiting ----------------------------------------------------------------
     def launch(
@@ -180,21 +141,6 @@ class Engine:
             raise
         self.pending = None
         return results
-
-    def recv_size(self, batch_size: Any) -> int:
-        """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
-        self.check_open("recv")
-        busy = len(self.busy_envs())
-        if not busy:
-            raise NoPendingCallError(
-                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
-                "first.",
-                "recv",
-            )
-        wanted = busy if batch_size is None else batch_size
-        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
-            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
-        return int(wanted)
 
     def run(
         self, op: str, args_per_slot: Sequence[tuple[Any, ...] | None], label: str
