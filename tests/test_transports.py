@@ -317,3 +317,13 @@ def test_recv_keeps_the_good_answers_when_another_env_fails(transport):
     assert env_ids == [0]
     assert obs[0].item() == 1.0
     vec.close()
+
+
+def test_an_action_that_cannot_be_serialized_is_refused_before_sending():
+    """Over pipes, unserializable arguments raise a TypeError naming the envs; nothing steps."""
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, transport="auto")
+    vec.reset()
+    with pytest.raises(TypeError, match=r"arguments of `step` for env\(s\) \[2, 3\] cannot be"):
+        vec.step([1, 1, threading.Lock(), 1])
+    assert vec.get_attr("count") == (0, 0, 0, 0)
+    vec.close()

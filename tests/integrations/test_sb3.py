@@ -113,6 +113,8 @@ def test_env_method_get_attr_set_attr_with_indices():
     with pytest.raises(ValueError, match=r"`indices` contains 7 but there are 4 envs"):
         envs.get_attr("delay", indices=[7])
     assert envs.get_attr("delay", indices=[-1, -3]) == [0.001, 0.001]  # as DummyVecEnv allows
+    with pytest.raises(TypeError, match=r"`indices` must hold ints, got 'a'"):
+        envs.get_attr("delay", indices=["a"])
     assert envs.env_method("greet", name="ada", indices=[0]) == ["hello ada"]
     envs.close()
     wrapped.close()
