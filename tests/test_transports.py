@@ -327,3 +327,11 @@ def test_an_action_that_cannot_be_serialized_is_refused_before_sending():
         vec.step([1, 1, threading.Lock(), 1])
     assert vec.get_attr("count") == (0, 0, 0, 0)
     vec.close()
+
+
+def test_threaded_worker_options_are_refused():
+    """`max_concurrency` or `concurrency_groups` would break the one env thread: ValueError."""
+    with pytest.raises(ValueError, match=r"`actor_options` sets 'max_concurrency' = 4, but"):
+        GymnasiumVectorEnv([FlakyEnv], actor_options={"max_concurrency": 4})
+    with pytest.raises(ValueError, match=r"sets 'concurrency_groups'"):
+        RayVectorEnv.from_env_fns([FlakyEnv], actor_options={"concurrency_groups": {"io": 2}})

@@ -29,6 +29,7 @@ __all__ = [
     "check_length",
     "check_positive_int",
     "check_seed_list",
+    "check_worker_options",
     "envs_per_worker_argument",
 ]
 
@@ -104,6 +105,17 @@ class Options:
     def bound(self) -> float:
         """Seconds a restart or a `close` may take: `timeout`, or 60 s if it is None."""
         return DEFAULT_BOUND_S if self.timeout is None else self.timeout
+
+
+def check_worker_options(actor_options: Mapping[str, Any]) -> None:
+    """A ValueError if `actor_options` would make a worker run envs on several threads."""
+    if "concurrency_groups" in actor_options or actor_options.get("max_concurrency", 1) != 1:
+        key = "concurrency_groups" if "concurrency_groups" in actor_options else "max_concurrency"
+        raise ValueError(
+            f"`actor_options` sets {key!r} = {actor_options[key]!r}, but a worker runs every env "
+            "method on the one thread that built its envs; remove it (more workers give more "
+            "parallelism)."
+        )
 
 
 def check_timeout(timeout: Any) -> float | None:

@@ -17,7 +17,12 @@ import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from ray_multiprocess_env._engine.options import Options, check_env_fns, check_positive_int
+from ray_multiprocess_env._engine.options import (
+    Options,
+    check_env_fns,
+    check_positive_int,
+    check_worker_options,
+)
 from ray_multiprocess_env._engine.pipes import PipeLink, pipes_supported
 from ray_multiprocess_env._engine.transport import RayLink, remaining
 from ray_multiprocess_env._engine.wait import deadline_in
@@ -78,6 +83,7 @@ class Pool:
         """Start `EnvWorker` actors of `envs_per_worker` envs each and connect to them."""
         factories = check_env_fns(env_fns)
         per_worker = check_positive_int("envs_per_worker", envs_per_worker)
+        check_worker_options(options.actor_options)
         count = -(-len(factories) // per_worker)
         plan = plan_placement(
             options.placement, count, options.actor_options, timeout=options.timeout
