@@ -50,16 +50,14 @@ class FirstReady:
                 (`recv` its result first), or `actions` and `env_ids` differ in length.
         """
         engine = self._engine
-        engine.check_open("send")
-        if engine.pending is not None:
-            engine.check_idle("send")
+        engine.check_idle("send", in_flight_ok=True)
         env_ids = check_env_ids(env_ids, self.num_envs)
         if len(actions) != len(env_ids):
             raise ValueError(
                 f"`actions` has {len(actions)} entries but `env_ids` has {len(env_ids)}; "
                 "pass one action per env id."
             )
-        self._check_not_busy(env_ids, "sending it another action")
+        engine.check_not_busy(env_ids, "sending it another action")
         self._check_in_space(actions, env_ids)
         per_env: list[tuple[Any, ...] | None] = [None] * self.num_envs
         for env, action in zip(env_ids, actions, strict=True):
@@ -110,11 +108,9 @@ class FirstReady:
             What the env's ``reset`` returns.
         """
         engine = self._engine
-        engine.check_open("reset_env")
-        if engine.pending is not None:
-            engine.check_idle("reset_env")
+        engine.check_idle("reset_env", in_flight_ok=True)
         (env,) = check_env_ids([env_id], self.num_envs, argument="env_id")
-        self._check_not_busy([env], "resetting it")
+        engine.check_not_busy([env], "resetting it")
         args: list[tuple[Any, ...] | None] = [None] * self.num_envs
         args[env] = ()
         kwargs_per_env = [dict(kwargs)] * self.num_envs
@@ -124,14 +120,6 @@ class FirstReady:
         self._next_seeds[env] = None
         self._last_obs[env] = reset_obs(result)
         return result
-
-    def _check_not_busy(self, env_ids: Iterable[int], then: str) -> None:
-        busy = set(self._engine.busy_envs())
-        for env in env_ids:
-            if env in busy:
-                raise ValueError(
-                    f"env {env} already has a call in flight; `recv` its result before {then}."
-                )
 
 
 def _reset_as_step(result: Any) -> tuple[Any, ...]:

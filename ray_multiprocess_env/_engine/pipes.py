@@ -126,7 +126,7 @@ class PipeLink:
         for fd in (self._go, self._done):
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_SIZE)
-        self.actor, self._grace = actor, grace
+        self._grace = grace
         self._seq = 0
         self._waiting: dict[int, Ticket] = {}
         self._inbox = bytearray()
@@ -232,11 +232,14 @@ class PipeLink:
 
     def _break(self) -> None:
         self.broken = True
-        death = self._death()
-        for ticket in self._waiting.values():
-            ticket.outcome = death
-        self._waiting.clear()
+        self._settle_waiting(self._death())
         self._outbox.clear()
+
+    def _settle_waiting(self, outcome: Outcome) -> None:
+        """Give every ticket still waiting on this link `outcome` (the worker is lost)."""
+        for ticket in self._waiting.values():
+            ticket.outcome = outcome
+        self._waiting.clear()
 
     def _death(self) -> Outcome:
         """Ray's word on why the pipe closed (the worker died, in every case seen)."""
@@ -253,10 +256,9 @@ class PipeLink:
         Tickets still waiting are settled as lost with the worker (a restart sends them to
         the new one), so none waits on a closed (and maybe reused) descriptor.
         """
-        gone = Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
-        for ticket in self._waiting.values():
-            ticket.outcome = gone
-        self._waiting.clear()
+        self._settle_waiting(
+            Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
+        )
         if self._go >= 0:
             for fd in (self._go, self._done):
                 with contextlib.suppress(OSError):

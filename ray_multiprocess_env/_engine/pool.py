@@ -9,6 +9,7 @@ one is recognised.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -115,12 +116,15 @@ class Pool:
         options = self.plan.options(w) if self.plan is not None else {}
         assert self._env_fns is not None
         try:
-            worker_class: Any = ray.remote(EnvWorker)
-            return worker_class.options(**options).remote(
-                self._env_fns[start:stop],
-                list(range(start, stop)),
-                self.options.autoreset_mode.value,
-                seeds,
+            return (
+                _worker_class()
+                .options(**options)
+                .remote(
+                    self._env_fns[start:stop],
+                    list(range(start, stop)),
+                    self.options.autoreset_mode.value,
+                    seeds,
+                )
             )
         except Exception as err:
             raise _creation_error(err, start, stop, options) from err
@@ -192,6 +196,12 @@ class Pool:
                 ray.kill(slot.actor, no_restart=True)
         if self.plan is not None:
             self.plan.release()
+
+
+@functools.cache
+def _worker_class() -> Any:
+    """The Ray actor class of `EnvWorker`, made once (Ray exports a class once per object)."""
+    return ray.remote(EnvWorker)
 
 
 def _grace(options: Options) -> float:

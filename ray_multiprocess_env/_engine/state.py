@@ -7,6 +7,7 @@ every entry point of every face.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterable
 from typing import Any
 
 from ray_multiprocess_env._engine.transport import Ticket
@@ -38,15 +39,19 @@ class CallState:
         if self.closed:
             raise ClosedEnvError(f"`{name}` was called on a closed {self.name}; create a new one.")
 
-    def check_idle(self, name: str) -> None:
-        """Raise `PendingCallError` if a `step_async` or first-ready call is outstanding."""
+    def check_idle(self, name: str, *, in_flight_ok: bool = False) -> None:
+        """Raise if the vector env is closed or a call waits to be collected.
+
+        `ClosedEnvError` after `close`; `PendingCallError` for a pending `step_async`, or (unless
+        `in_flight_ok`) for first-ready calls in flight.
+        """
         self.check_open(name)
         if self.pending is not None:
             raise PendingCallError(
                 f"`{name}` was called while a `step_async` is pending; call `step_wait` first.",
                 self.pending.op,
             )
-        if self.in_flight:
+        if self.in_flight and not in_flight_ok:
             raise PendingCallError(
                 f"`{name}` was called while env(s) {self.busy_envs()} have calls in flight; "
                 "`recv` them first.",
@@ -56,6 +61,15 @@ class CallState:
     def busy_envs(self) -> list[int]:
         """The envs with a first-ready call in flight, sorted."""
         return sorted(i for ticket, _ in self.in_flight for i in ticket.envs)
+
+    def check_not_busy(self, env_ids: Iterable[int], then: str) -> None:
+        """A ValueError naming the first of `env_ids` with a first-ready call in flight."""
+        busy = set(self.busy_envs())
+        for env in env_ids:
+            if env in busy:
+                raise ValueError(
+                    f"env {env} already has a call in flight; `recv` its result before {then}."
+                )
 
     def recv_size(self, batch_size: Any) -> int:
         """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""

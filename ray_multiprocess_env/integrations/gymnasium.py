@@ -223,14 +223,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns at once; `recv` collects the results of the envs that finish first.
         """
         engine = self._engine
-        engine.check_open("send")
-        if engine.pending is not None:
-            engine.check_idle("send")
+        engine.check_idle("send", in_flight_ok=True)
         env_ids = check_env_ids(env_ids, self.num_envs)
         self._check_rows("actions", actions, len(env_ids))
-        busy = sorted(set(env_ids) & set(engine.busy_envs()))
-        if busy:
-            raise ValueError(f"env(s) {busy} already have a call in flight; `recv` them first.")
+        engine.check_not_busy(env_ids, "sending it another action")
         self._check_not_finished(env_ids)
         self._check_in_space(actions, env_ids)
         args: list[tuple[Any, ...] | None] = []
