@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 
 from ray_multiprocess_env._engine import Engine, Options, Pool
-from ray_multiprocess_env._engine.options import check_env_ids, check_seed_list
+from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
 from ray_multiprocess_env.batch import batch_length, join_batches, split_batch, take
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
@@ -305,11 +305,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         """Set attribute `name` of every env: a list or tuple gives one value per env."""
         self._engine.check_idle("set_attr")
         if isinstance(values, (list, tuple)):
-            if len(values) != self.num_envs:
-                raise ValueError(
-                    f"`values` has {len(values)} entries but there are {self.num_envs} envs; "
-                    "pass one value per env, or a single value."
-                )
+            check_length("values", values, self.num_envs, "one value per env, or a single value")
             per_env = list(values)
         else:
             per_env = [values] * self.num_envs
