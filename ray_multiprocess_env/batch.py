@@ -16,6 +16,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 __all__ = [
     "batch_length",
+    "copy_batch",
     "join_batches",
     "split_batch",
     "stack",
@@ -50,6 +51,15 @@ def join_batches(space: spaces.Space[Any], batches: Sequence[Any]) -> Any:
     if isinstance(batches[0], np.ndarray):
         return np.concatenate(batches, axis=0)
     return tuple(item for batch in batches for item in batch)
+
+
+def copy_batch(batch: Any) -> Any:
+    """A copy of a batch of arrays, nested in dicts and tuples as gymnasium batches are."""
+    if isinstance(batch, dict):
+        return {key: copy_batch(value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(copy_batch(value) for value in batch)
+    return np.array(batch)
 
 
 def split_batch(

@@ -78,7 +78,9 @@ class VectorConstructors:
             check_actions: As for the constructor.
             transport: How operations reach the workers: ``"auto"`` (named pipes to workers on
                 the driver's node, served on the envs' own thread, Ray calls to the others;
-                about 4x less overhead per call) or ``"ray"`` (Ray calls only). None reads the
+                about 4x less overhead per call), ``"pipe"`` (the same; the vector env faces
+                `GymnasiumVectorEnv` and `SB3VecEnv` also share the batched arrays in memory
+                with ``"auto"``, not with ``"pipe"``) or ``"ray"`` (Ray calls only). None reads the
                 ``RAY_MULTIPROCESS_ENV_TRANSPORT`` environment variable (``"auto"`` if unset).
             seed: As `seed` called right after construction.
 

@@ -25,9 +25,10 @@ import ray
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from ray_multiprocess_env._shared_memory import BatchViews, SharedBatch, read_actions
 from ray_multiprocess_env._wire import HEADER, encode_reply, error_value, loads, read_exact
 from ray_multiprocess_env._wire import write_all as _write_all
-from ray_multiprocess_env.batch import stack, unstack
+from ray_multiprocess_env.batch import copy_batch, stack, unstack
 from ray_multiprocess_env.compat import (
     crashed_step,
     env_call,
@@ -50,7 +51,8 @@ _ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
 }
 WORKER_ENV_METHODS = tuple(_ATTRIBUTE_METHODS)
 
-StepResult = tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[int, list[dict[str, Any]]]]
+#: Observations, rewards, terminations, truncations (None where shared memory holds them), infos.
+StepResult = tuple[Any, Any, Any, Any, dict[int, list[dict[str, Any]]]]
 
 
 class EnvWorker:
@@ -89,9 +91,12 @@ class EnvWorker:
         self._rewards = np.zeros(count, dtype=np.float64)
         self._terminations = np.zeros(count, dtype=np.bool_)
         self._truncations = np.zeros(count, dtype=np.bool_)
-        self._autoreset = np.zeros(count, dtype=np.bool_)
+        self._autoreset = [False] * count
+        self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         self._action_batch_space = batch_space(self.envs[0].action_space, count)
         self._lost: list[Any] = [None] * count  # reset results of envs whose episode was lost
+        self._shared: BatchViews | None = None  # this worker's rows of the shared arrays
         if restart_seeds is not None:
             for k, env in enumerate(self.envs):
                 self._lost[k] = reset_with_seed(env, restart_seeds[k])
@@ -133,6 +138,7 @@ class EnvWorker:
         finally:
             os.close(go_fd)
             os.close(done_fd)
+            self._unshare()  # Ray calls answer with arrays again
 
     # -- operations ---------------------------------------------------------------------------
     def _op_apply(
@@ -205,7 +211,8 @@ class EnvWorker:
                 infos[k] = [info]
         if failures:
             raise _EnvFailures("reset", failures)
-        return self._stacked_obs(), infos
+        observations = self._stacked_obs()
+        return (None if self._shared is not None else observations), infos
 
     def _op_step(self, actions: Any, positions: Sequence[int] | None = None) -> StepResult:
         """Step the K envs (or those at `positions`) with gymnasium's autoreset semantics.
@@ -218,6 +225,8 @@ class EnvWorker:
             Stacked observations, rewards, terminations and truncations of the envs stepped,
             and the info dicts of those that have any, by position (as ``reset``).
         """
+        if actions is None and self._shared is not None:  # the driver put them in shared memory
+            actions = read_actions(self._shared, self.envs[0].action_space)
         if positions is None:
             positions = range(len(self.envs))
             single_actions = unstack(self._action_batch_space, actions)
@@ -241,8 +250,32 @@ class EnvWorker:
                 infos.setdefault(k, []).append(info)
         result = self._step_result(positions, infos)
         if failures:
-            raise _EnvFailures("step", failures, partial=result)
+            raise _EnvFailures("step", failures, partial=self._materialized(result))
         return result
+
+    def _op_share(self, spec: dict[str, Any], start: int, stop: int) -> None:
+        """Use rows ``start..stop-1`` of the driver's shared arrays (`_shared_memory`).
+
+        From now on the actions of a ``step`` sent as None are read from them, and full steps
+        and resets write their observations, rewards, terminations and truncations there and
+        answer None in their place.
+        """
+        views = SharedBatch.attach(spec).views(start, stop)
+        for mine, shared in (
+            (self._rewards, views.rewards),
+            (self._terminations, views.terminations),
+            (self._truncations, views.truncations),
+        ):
+            shared[...] = mine
+        self._rewards, self._terminations = views.rewards, views.terminations
+        self._truncations = views.truncations
+        self._obs_batch, self._shared = views.observations, views
+
+    def _unshare(self) -> None:
+        if self._shared is not None:
+            self._rewards, self._terminations = self._rewards.copy(), self._terminations.copy()
+            self._truncations, self._obs_batch = self._truncations.copy(), None
+            self._shared = None
 
     def _op_describe(self) -> dict[str, Any]:
         """The spaces, metadata and render mode of the first env, checked against the others."""
@@ -287,8 +320,8 @@ class EnvWorker:
 
     # -- helpers ------------------------------------------------------------------------------
     def _step_one(self, k: int, action: Any, infos: dict[int, list[dict[str, Any]]]) -> Any:
-        env, mode = self.envs[k], self.autoreset_mode
-        if mode == AutoresetMode.NEXT_STEP and self._autoreset[k]:
+        env = self.envs[k]  # (the hot path: mode flags and `_autoreset` are plain Python)
+        if self._next_step and self._autoreset[k]:
             self._obs[k], info = env.reset()
             self._rewards[k], self._terminations[k], self._truncations[k] = 0.0, False, False
             self._autoreset[k] = False
@@ -297,7 +330,7 @@ class EnvWorker:
         self._obs[k], self._rewards[k] = obs, reward
         self._terminations[k], self._truncations[k] = terminated, truncated
         self._autoreset[k] = bool(terminated or truncated)
-        if mode == AutoresetMode.SAME_STEP and (terminated or truncated):
+        if self._same_step and (terminated or truncated):
             infos[k] = [{"final_obs": obs, "final_info": info}]
             self._obs[k], info = env.reset()
         return info
@@ -321,6 +354,8 @@ class EnvWorker:
         index = list(positions)
         if index == list(range(len(self.envs))):
             observations = self._stacked_obs()  # all envs: reuse the batch buffer
+            if self._shared is not None:  # all of it is in shared memory already
+                return None, None, None, None, infos
         else:
             observations = stack(self.envs[0].observation_space, [self._obs[k] for k in index])
         return (
@@ -330,6 +365,14 @@ class EnvWorker:
             self._truncations[index],
             infos,
         )
+
+    def _materialized(self, result: StepResult) -> StepResult:
+        """`result` with arrays (copies) where shared memory answered None."""
+        if result[0] is not None or self._shared is None:
+            return result
+        shared = self._shared
+        arrays = (shared.observations, shared.rewards, shared.terminations, shared.truncations)
+        return (*(copy_batch(a) for a in arrays), result[4])
 
     def _stacked_obs(self) -> Any:
         self._obs_batch = stack(self.envs[0].observation_space, self._obs, self._obs_batch)

@@ -232,3 +232,39 @@ class NamedCallEnv(FlakyEnv):
 
     def greet(self, name: str) -> str:
         return f"hello {name}"
+
+
+class NestedSpacesEnv(gym.Env[dict, dict]):
+    """Every space shared memory covers, nested; episodes end on step 7; seeded observations.
+
+    The info reports the type and dtype of the Box action the env was given.
+    """
+
+    observation_space = gym.spaces.Dict(
+        {
+            "image": gym.spaces.Box(0, 255, shape=(3, 4, 2), dtype=np.uint8),
+            "pair": gym.spaces.Tuple((gym.spaces.Discrete(5), gym.spaces.MultiDiscrete([2, 3]))),
+            "bits": gym.spaces.MultiBinary(4),
+            "z": gym.spaces.Box(-1.0, 1.0, shape=(), dtype=np.float64),
+        }
+    )
+    action_space = gym.spaces.Dict(
+        {
+            "move": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+            "pick": gym.spaces.Discrete(3),
+        }
+    )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.observation_space.seed(int(self.np_random.integers(1 << 30)))
+        return self.observation_space.sample(), {}
+
+    def step(self, action: dict):
+        self.t += 1
+        self.observation_space.seed(int(self.np_random.integers(1 << 30)))
+        obs = self.observation_space.sample()
+        reward = float(action["pick"]) + float(np.sum(action["move"]))
+        info = {"action_dtype": str(np.asarray(action["move"]).dtype)}
+        return obs, reward, self.t >= 7, False, info

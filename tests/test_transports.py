@@ -1,7 +1,8 @@
 """Every transport gives the same results, faults included (the transport-differential suite).
 
-Each test runs over ``transport="auto"`` (same-node pipes) and ``transport="ray"`` (Ray calls),
-so it tests pipes even when the suite runs again with ``RAY_MULTIPROCESS_ENV_TRANSPORT=ray``.
+Each test runs over ``transport="auto"`` (same-node pipes with shared memory), ``"pipe"`` (pipes
+only) and ``"ray"`` (Ray calls), so it tests pipes even when the suite runs again with
+``RAY_MULTIPROCESS_ENV_TRANSPORT=ray``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ray_multiprocess_env import (
 from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
 from tests.test_vector import assert_killed, worker_pids
 
-TRANSPORTS = ["auto", "ray"]
+TRANSPORTS = ["auto", "pipe", "ray"]
 _cartpole = functools.partial(gym.make, "CartPole-v1")
 
 
@@ -77,7 +78,7 @@ def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
 
 def test_a_bad_transport_is_named(monkeypatch):
     """A bad `transport` (argument or environment variable) is a ValueError naming it."""
-    with pytest.raises(ValueError, match=r"`transport` must be one of 'auto', 'ray', got 'shm'"):
+    with pytest.raises(ValueError, match=r"must be one of 'auto', 'pipe', 'ray', got 'shm'"):
         GymnasiumVectorEnv([_cartpole], transport="shm")
     monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "fast")
     with pytest.raises(ValueError, match=r"RAY_MULTIPROCESS_ENV_TRANSPORT environment variable"):

@@ -50,6 +50,7 @@ class Engine(CallState):
         self.options: Options = pool.options
         self.num_envs = pool.num_envs
         self._has_method: dict[str, list[bool]] = {}
+        self._whole: Any = None  # views of the whole shared batch, once asked for
 
     @property
     def bounds(self) -> list[tuple[int, int]]:
@@ -306,6 +307,28 @@ class Engine(CallState):
                 error.worker_results[ticket.slot] = cause.partial
         return error
 
+    # -- shared memory --------------------------------------------------------------------------
+    def share(self, observation_space: Any, action_space: Any) -> None:
+        """Put the batched arrays of the workers on this node in shared memory, if covered."""
+        self.pool.share(observation_space, action_space)
+
+    def whole_batch(self, worker_observations: Sequence[Any]) -> Any:
+        """The shared batched observation of all envs, if `worker_observations` are its rows.
+
+        That is the case when every worker is on shared memory and each entry is what its
+        link handed out for the last full step or reset; otherwise None (join them instead).
+        """
+        shared = self.pool.shared
+        if shared is None:
+            return None
+        for slot, observations in zip(self.pool.slots, worker_observations, strict=True):
+            views = getattr(slot.link, "views", None)
+            if views is None or observations is not views.observations:
+                return None
+        if self._whole is None:
+            self._whole = shared.views(0, self.num_envs)
+        return self._whole.observations
+
     # -- whole-pool operations ----------------------------------------------------------------
     def note_seeds(self, seeds: Sequence[int | None]) -> None:
         """Remember each env's last seed (restarted envs get one derived from it)."""
@@ -338,10 +361,9 @@ class Engine(CallState):
         self.closed = True
         if self.pending is not None:
             self.abandon(self.pending)
-        self.pending, self.in_flight = None, []
+        self.pending, self.in_flight, self._whole = None, [], None
         if not ray.is_initialized():  # Ray is gone (e.g. at interpreter exit), and the actors
-            for slot in self.pool.slots:
-                slot.link.close()
+            self.pool.close_links()
             return
         try:
             tickets = []
@@ -361,8 +383,7 @@ class Engine(CallState):
                 if kill:
                     self.pool.kill()
                 else:
-                    for slot in self.pool.slots:
-                        slot.link.close()
+                    self.pool.close_links()
 
     def _close_error(self, call: Call, failed: list[Ticket]) -> Exception:
         late = sorted(i for t in failed if t.outcome is None for i in t.envs)

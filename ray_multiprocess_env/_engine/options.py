@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The values of `transport`.
-TRANSPORTS = ("auto", "ray")
+TRANSPORTS = ("auto", "pipe", "ray")
 #: The values of `on_actor_failure`.
 FAILURE_POLICIES = ("raise", "restart")
 #: The environment variable that sets the default `transport`.
@@ -50,7 +50,8 @@ class Options:
     Attributes:
         timeout: Seconds any one call may take, or None (wait as long as the envs take).
         on_actor_failure: ``"raise"`` or ``"restart"``.
-        transport: ``"auto"`` (pipes to workers on the driver's node) or ``"ray"``.
+        transport: ``"auto"`` (pipes and shared memory to workers on the driver's node),
+            ``"pipe"`` (pipes only: everything serialized) or ``"ray"`` (Ray calls only).
         autoreset_mode: gymnasium's autoreset mode of the batched ``step``.
         check_actions: Whether actions are checked against the action space on the driver.
         actor_options: ``ray.remote`` options of every worker.

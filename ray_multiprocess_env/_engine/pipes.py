@@ -36,6 +36,7 @@ import ray
 from ray.exceptions import RayError
 
 from ray_multiprocess_env._engine.transport import Outcome, Ticket, remaining
+from ray_multiprocess_env._shared_memory import BatchViews, SharedBatch, write_actions
 from ray_multiprocess_env._wire import HEADER, dumps, loads
 from ray_multiprocess_env.errors import RemoteFailure
 
@@ -132,6 +133,26 @@ class PipeLink:
         self._inbox = bytearray()
         self._outbox = bytearray()
         self.broken = False  # the pipe closed: the worker died, or serving ended
+        self.views: BatchViews | None = None  # this worker's rows of the shared arrays, if any
+        self._answered = 0  # the sequence number of the last reply read
+        self._action_space: Any = None
+
+    def share(self, shared: SharedBatch, start: int, stop: int, deadline: float | None) -> None:
+        """Have the worker use rows ``start..stop-1`` of `shared` (see `_shared_memory`).
+
+        Raises:
+            TimeoutError: If the worker does not answer before `deadline`.
+            RemoteFailure: If it cannot map the memory (it then goes on without).
+        """
+        ticket = Ticket(-1, -1, "share", (shared.spec, start, stop), tuple(range(start, stop)))
+        self.submit(ticket)
+        wait_pipes([ticket], deadline, 1)
+        if ticket.outcome is None:
+            self.forget(ticket)
+            raise TimeoutError("the worker did not answer")
+        if not ticket.outcome.ok:
+            raise ticket.outcome.error or RuntimeError("the worker could not share memory")
+        self.views, self._action_space = shared.views(start, stop), shared.spec["action_space"]
 
     def _open_writer(self, path: str, deadline: float | None) -> int:
         """Open `path` for writing once the worker's `serve` has opened it for reading."""
@@ -162,9 +183,21 @@ class PipeLink:
         """Whether part of a message still waits to be written."""
         return bool(self._outbox)
 
-    @staticmethod
-    def encode(ticket: Ticket) -> bytes:
-        """`ticket`'s operation as bytes (done before anything is sent, so errors come first)."""
+    def encode(self, ticket: Ticket) -> bytes:
+        """`ticket`'s operation as bytes (done before anything is sent, so errors come first).
+
+        With shared memory, a full step's actions are copied there and sent as None, but only
+        when the worker has answered everything sent before: an operation given up on (an
+        interrupted step) may still wait in the pipe, and must run with its own actions.
+        """
+        if (
+            ticket.op == "step"
+            and self.views is not None
+            and self._answered == self._seq
+            and len(ticket.args) == 1
+            and write_actions(self.views, self._action_space, ticket.args[0])
+        ):
+            return dumps(("step", (None,)))
         return dumps((ticket.op, ticket.args))
 
     def submit(self, ticket: Ticket, data: bytes | None = None) -> None:
@@ -220,11 +253,22 @@ class PipeLink:
                 break
             payload = bytes(view[start + HEADER.size : start + HEADER.size + size])
             start += HEADER.size + size
+            self._answered = seq
             ticket = self._waiting.pop(seq, None)
             if ticket is not None:  # else a reply to a ticket given up on
-                ticket.outcome = _decode(payload)
+                ticket.outcome = self._shared_in(ticket.op, _decode(payload))
         view.release()
         del self._inbox[:start]
+
+    def _shared_in(self, op: str, outcome: Outcome) -> Outcome:
+        """`outcome` with the views of the shared arrays where the worker answered None."""
+        views, value = self.views, outcome.value
+        if views is None or not outcome.ok or type(value) is not tuple or value[0] is not None:
+            return outcome
+        if op == "step":
+            arrays = (views.observations, views.rewards, views.terminations, views.truncations)
+            return Outcome(True, (*arrays, value[4]))
+        return Outcome(True, (views.observations, value[1]))  # a reset
 
     def forget(self, ticket: Ticket) -> None:
         """Drop interest in `ticket`; its reply is skipped when it comes."""
@@ -259,6 +303,7 @@ class PipeLink:
         self._settle_waiting(
             Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
         )
+        self.views = None
         if self._go >= 0:
             for fd in (self._go, self._done):
                 with contextlib.suppress(OSError):

@@ -27,6 +27,7 @@ from ray_multiprocess_env._engine.options import (
 from ray_multiprocess_env._engine.pipes import PipeLink, pipes_supported
 from ray_multiprocess_env._engine.transport import RayLink, remaining
 from ray_multiprocess_env._engine.wait import deadline_in
+from ray_multiprocess_env._shared_memory import SharedBatch
 from ray_multiprocess_env.errors import EnvCrashedError
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.runtime import ensure_runtime
@@ -76,6 +77,7 @@ class Pool:
         self.num_envs = len(self._env_fns) if self._env_fns is not None else slots[-1].stop
         self.seeds: list[int | None] = [None] * self.num_envs  # each env's last seed
         self._restarts = [0] * self.num_envs
+        self.shared: SharedBatch | None = None  # the batched arrays the pipe workers share
 
     @classmethod
     def start(
@@ -139,7 +141,7 @@ class Pool:
         except RayError as err:
             failed = next(s for s, r in zip(slots, refs, strict=True) if _failed(r))
             raise EnvCrashedError(failed.start, label, err, env_indices=failed.envs) from err
-        if self.options.transport != "auto" or not pipes_supported():
+        if self.options.transport == "ray" or not pipes_supported():
             return
         here = ray.get_runtime_context().get_node_id()
         for slot, node in zip(slots, nodes, strict=True):
@@ -148,6 +150,28 @@ class Pool:
                     slot.link = PipeLink(slot.actor, deadline, grace=_grace(self.options))
                 except (OSError, RuntimeError, TimeoutError, RayError) as err:
                     logger.warning("Envs %s use Ray calls: no pipes (%s).", list(slot.envs), err)
+        if self.shared is not None:
+            self._share(slots, self.shared, deadline)
+
+    def share(self, observation_space: Any, action_space: Any) -> None:
+        """Put the batched arrays of the workers on pipes in shared memory (``"auto"`` only).
+
+        Nothing happens for spaces `_shared_memory` does not cover; a worker that cannot map
+        the memory goes on without it (logged).
+        """
+        if self.options.transport != "auto" or self.shared is not None:
+            return
+        self.shared = SharedBatch.create(observation_space, action_space, self.num_envs)
+        if self.shared is not None:
+            self._share(self.slots, self.shared, deadline_in(self.options.bound))
+
+    def _share(self, slots: Sequence[Slot], shared: SharedBatch, deadline: float | None) -> None:
+        for slot in slots:
+            if isinstance(slot.link, PipeLink):
+                try:
+                    slot.link.share(shared, slot.start, slot.stop, deadline)
+                except Exception as err:  # e.g. /proc not readable: serialize instead
+                    logger.warning("Envs %s: no shared memory (%s).", list(slot.envs), err)
 
     def _late_start(self, slots: Sequence[Slot], label: str) -> str:
         placement = self.options.placement
@@ -190,12 +214,19 @@ class Pool:
 
     def kill(self) -> None:
         """Kill every worker and release the placement group (never waits for the envs)."""
-        for slot in self.slots:
-            slot.link.close()
-            if ray.is_initialized():
+        self.close_links()
+        if ray.is_initialized():
+            for slot in self.slots:
                 ray.kill(slot.actor, no_restart=True)
         if self.plan is not None:
             self.plan.release()
+
+    def close_links(self) -> None:
+        """Close every worker's link and the shared memory; the workers keep running."""
+        for slot in self.slots:
+            slot.link.close()
+        if self.shared is not None:
+            self.shared.close()
 
 
 @functools.cache

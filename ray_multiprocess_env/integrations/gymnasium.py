@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from ray_multiprocess_env._engine import Engine, Options, Pool
 from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
-from ray_multiprocess_env.batch import batch_length, join_batches, split_batch, take
+from ray_multiprocess_env.batch import batch_length, copy_batch, join_batches, split_batch, take
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
 
@@ -53,8 +53,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             truncated with reward 0 and ``infos["env_crashed"]``; the other envs lose nothing.
         check_actions: Check each env's action against ``single_action_space`` on the driver
             before sending; an action outside it raises `ValueError` naming the env.
-        transport: ``"auto"`` (default: workers on the driver's node over named pipes, others
-            over Ray) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
+        transport: ``"auto"`` (default: workers on the driver's node over named pipes, with
+            the batched arrays in shared memory; others over Ray), ``"pipe"`` (pipes, no
+            shared memory) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
+        copy: As gymnasium's `AsyncVectorEnv`: with True (default) `reset` and `step` return
+            observations of their own; with False, when every worker shares memory with the
+            driver, a view of the shared batch that the next `step` or `reset` overwrites.
 
     Example:
         >>> import gymnasium as gym
@@ -78,6 +82,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         on_actor_failure: str = "raise",
         check_actions: bool = False,
         transport: str | None = None,
+        copy: bool = True,
     ) -> None:
         super().__init__()
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
@@ -106,6 +111,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {**first["metadata"], "autoreset_mode": self.autoreset_mode}
         self.render_mode = first["render_mode"]
+        self.copy = copy
+        try:
+            self._engine.share(self.single_observation_space, self.single_action_space)
+        except BaseException:
+            self._engine.close()
+            raise
         self._bounds = self._engine.bounds
         self._worker_obs: list[Any] = [None] * len(self._bounds)
         self._finished = np.zeros(self.num_envs, dtype=np.bool_)
@@ -156,7 +167,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
                 self._worker_obs[g], worker_infos = result
                 infos = self._add_infos(infos, g, worker_infos)
         self._finished[mask if mask is not None else slice(None)] = False
-        return join_batches(self.single_observation_space, self._worker_obs), infos
+        return self._observations(), infos
 
     def step(self, actions: Any) -> StepReturn:
         """Step every env with its action from the batched `actions`.
@@ -203,8 +214,18 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         terminations = np.concatenate([r[2] for r in results])
         truncations = np.concatenate([r[3] for r in results])
         self._finished = np.logical_or(terminations, truncations)
-        observations = join_batches(self.single_observation_space, self._worker_obs)
-        return observations, rewards, terminations, truncations, infos
+        return self._observations(), rewards, terminations, truncations, infos
+
+    def _observations(self) -> Any:
+        """The batched observation of every env from the workers' last answers.
+
+        From shared memory it is one copy (with ``copy=False`` none: a view that the next
+        step or reset overwrites); otherwise the workers' batches are joined.
+        """
+        whole = self._engine.whole_batch(self._worker_obs)
+        if whole is None:
+            return join_batches(self.single_observation_space, self._worker_obs)
+        return copy_batch(whole) if self.copy else whole
 
     # -- first-ready stepping (envpool's send/recv) -----------------------------------------
     def async_reset(self, *, seed: int | Sequence[int | None] | None = None) -> None:
@@ -335,6 +356,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         """Close every env and kill the worker actors (within `timeout`, 30 s if None)."""
         engine = getattr(self, "_engine", None)  # None if __init__ failed (gymnasium 1.2
         if engine is not None:  # closes in __del__)
+            self._worker_obs = []  # views of the shared memory: let `close` unmap it
             engine.close()
 
     # -- helpers ------------------------------------------------------------------------------

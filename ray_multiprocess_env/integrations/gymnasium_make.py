@@ -30,6 +30,7 @@ def make_vector_env(
     on_actor_failure: str = "raise",
     transport: str | None = None,
     check_actions: bool = False,
+    copy: bool = True,
 ) -> GymnasiumVectorEnv:
     """Make ``num_workers * envs_per_worker`` envs in Ray workers, as one gymnasium vector env.
 
@@ -45,8 +46,9 @@ def make_vector_env(
         placement: As for `GymnasiumVectorEnv`, e.g. ``"SPREAD"`` over a cluster's nodes.
         timeout: Seconds to wait for any one call, or None.
         on_actor_failure: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
-        transport: ``"auto"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
+        transport: ``"auto"``, ``"pipe"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
         check_actions: As for `GymnasiumVectorEnv`.
+        copy: As for `GymnasiumVectorEnv` (False: observations are a view of shared memory).
 
     Example:
         >>> import gymnasium as gym
@@ -77,6 +79,7 @@ def make_vector_env(
         on_actor_failure=on_actor_failure,
         transport=transport,
         check_actions=check_actions,
+        copy=copy,
     )
 
 
@@ -93,6 +96,7 @@ def vector_entry_point(
     on_actor_failure: str = "raise",
     transport: str | None = None,
     seed: int | None = None,
+    copy: bool = True,
     **env_kwargs: Any,
 ) -> GymnasiumVectorEnv:
     """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
@@ -119,6 +123,7 @@ def vector_entry_point(
         on_actor_failure: As for `GymnasiumVectorEnv`.
         transport: As for `GymnasiumVectorEnv`.
         seed: As for `GymnasiumVectorEnv`.
+        copy: As for `GymnasiumVectorEnv`.
         **env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
     """
     if envs_per_worker is None:
@@ -134,6 +139,7 @@ def vector_entry_point(
         on_actor_failure=on_actor_failure,
         transport=transport,
         seed=seed,
+        copy=copy,
     )
 
 

@@ -45,8 +45,8 @@ class SB3VecEnv(VecEnv):
         timeout: Seconds to wait for any one call, or None.
         on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset,
             reported done with ``TimeLimit.truncated`` and ``env_crashed`` in their infos).
-        transport: ``"auto"`` (named pipes to workers on the driver's node) or ``"ray"``;
-            see `RayVectorEnv.from_env_fns`.
+        transport: ``"auto"`` (named pipes and shared memory to workers on the driver's
+            node), ``"pipe"`` or ``"ray"``; see `RayVectorEnv.from_env_fns`.
         seed: If given, as `seed` called right after construction (env ``i`` gets
             ``seed + i`` at the first reset).
 
@@ -93,6 +93,11 @@ class SB3VecEnv(VecEnv):
             self._engine.num_envs, description["observation_space"], description["action_space"]
         )
         self.metadata = description["metadata"]
+        try:
+            self._engine.share(self.observation_space, self.action_space)
+        except BaseException:
+            self._engine.close()
+            raise
         if seed is not None:
             self.seed(seed)
 

@@ -1,0 +1,168 @@
+"""The shared-memory data plane of ``transport="auto"`` (`_shared_memory.py`).
+
+Same results as gymnasium's `SyncVectorEnv` for every covered space, the ``copy`` option, the
+fallbacks (spaces not covered, actions of another dtype), restarts, and nothing left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+
+from ray_multiprocess_env import GymnasiumVectorEnv
+from ray_multiprocess_env.batch import copy_batch
+from tests.envs import NestedSpacesEnv
+from tests.test_vector import assert_killed, wait_until_ready, worker_pids
+
+
+def _shared(envs):
+    """Whether each worker's link has shared memory."""
+    return [getattr(slot.link, "views", None) is not None for slot in envs._engine.pool.slots]
+
+
+def _memory_files():
+    """This process's open anonymous memory files of ours."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:ray-multiprocess-env"):
+                found.append(fd)
+    return found
+
+
+def _equal(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
+    return np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
+
+
+def _run(envs, steps=20):
+    """Reset and step with seeded random actions; every result (copied)."""
+    envs.action_space.seed(3)
+    obs, info = envs.reset(seed=11)
+    out = [(copy_batch(obs), info)]
+    for _ in range(steps):
+        obs, rewards, terms, truncs, info = envs.step(envs.action_space.sample())
+        out.append((copy_batch(obs), rewards, terms, truncs, info))
+    return out
+
+
+def test_nested_spaces_match_sync_vector_env_over_shared_memory():
+    """Dict/Tuple/Box/Discrete/MultiDiscrete/MultiBinary: the same results as SyncVectorEnv."""
+    expected = _run(SyncVectorEnv([NestedSpacesEnv] * 6))
+    for transport in ("auto", "pipe"):
+        with contextlib.closing(
+            GymnasiumVectorEnv([NestedSpacesEnv] * 6, envs_per_worker=4, transport=transport)
+        ) as envs:
+            assert _shared(envs) == [transport == "auto"] * 2
+            got = _run(envs)
+        for mine, theirs in zip(got, expected, strict=True):
+            assert all(_equal(a, b) for a, b in zip(mine[:-1], theirs[:-1], strict=True))
+            assert mine[-1].keys() == theirs[-1].keys()
+            for key in mine[-1]:
+                assert _equal(mine[-1][key], theirs[-1][key]), key
+
+
+def test_actions_of_another_dtype_reach_the_env_as_given():
+    """float64 actions for a float32 Box are sent serialized: the env gets float64 as given."""
+    with contextlib.closing(GymnasiumVectorEnv([NestedSpacesEnv] * 2, envs_per_worker=2)) as envs:
+        envs.reset(seed=0)
+        move = np.zeros((2, 2), dtype=np.float32)
+        *_, info = envs.step({"move": move, "pick": np.array([1, 2])})
+        assert list(info["action_dtype"]) == ["float32"] * 2
+        *_, info = envs.step({"move": move.astype(np.float64), "pick": np.array([1, 2])})
+        assert list(info["action_dtype"]) == ["float64"] * 2
+
+
+def test_copy_false_returns_a_view_that_the_next_step_overwrites():
+    """``copy=False`` hands out the shared batch itself; ``copy=True`` arrays of their own."""
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    with contextlib.closing(GymnasiumVectorEnv(fns, envs_per_worker=2, copy=False)) as envs:
+        first, _ = envs.reset(seed=0)
+        kept = first.copy()
+        second, *_ = envs.step(np.ones(4, dtype=np.int64))
+        assert second is first or np.shares_memory(first, second)
+        assert not np.array_equal(first, kept)  # overwritten in place
+    with contextlib.closing(GymnasiumVectorEnv(fns, envs_per_worker=2)) as envs:
+        first, _ = envs.reset(seed=0)
+        kept = first.copy()
+        second, *_ = envs.step(np.ones(4, dtype=np.int64))
+        assert not np.shares_memory(first, second)
+        assert np.array_equal(first, kept)
+
+
+def test_spaces_not_covered_are_serialized():
+    """A Text observation space has no shared layout: the pipes carry everything, as before."""
+
+    class TextEnv(gym.Env):
+        observation_space = gym.spaces.Text(8)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return "start", {}
+
+        def step(self, action):
+            return f"a{action}", 0.0, False, False, {}
+
+    with contextlib.closing(GymnasiumVectorEnv([TextEnv] * 4, envs_per_worker=2)) as envs:
+        assert _shared(envs) == [False, False]
+        envs.reset()
+        obs, *_ = envs.step(np.array([0, 1, 1, 0]))
+        assert obs == ("a0", "a1", "a1", "a0")
+
+
+def test_the_memory_is_released_by_close():
+    """No memory file stays open once the vector env is closed; nothing is left in /dev/shm."""
+    before = set(_memory_files())
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    envs = GymnasiumVectorEnv([NestedSpacesEnv] * 2, envs_per_worker=1)
+    assert set(_memory_files()) - before  # the file, and the mapping's own descriptor
+    envs.reset(seed=0)
+    envs.close()
+    assert set(_memory_files()) == before
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) <= shm_before
+
+
+def test_a_restarted_worker_shares_the_memory_again():
+    """After SIGKILL and restart the new worker maps the same memory; results stay right."""
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    with contextlib.closing(
+        GymnasiumVectorEnv(fns, envs_per_worker=2, on_actor_failure="restart")
+    ) as envs:
+        envs.reset(seed=0)
+        wait_until_ready(envs)
+        os.kill(worker_pids(envs)[1], signal.SIGKILL)
+        assert_killed(envs.remote_envs[1])
+        obs, _, _, truncs, info = envs.step(np.zeros(4, dtype=np.int64))
+        assert list(truncs) == [False, False, True, True]
+        assert list(info["env_crashed"][2:]) == [True, True]
+        assert _shared(envs) == [True, True]
+        fresh = obs[2:].copy()
+        obs, *_ = envs.step(np.zeros(4, dtype=np.int64))  # the reset obs was real, now stepped
+        assert np.abs(fresh).max() <= 0.05
+        assert not np.array_equal(obs[2:], fresh)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_partial_reset_keeps_the_other_envs_rows(copy):
+    """A masked reset rewrites only its worker's rows; the others keep their last observation."""
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    with contextlib.closing(GymnasiumVectorEnv(fns, envs_per_worker=2, copy=copy)) as envs:
+        envs.reset(seed=0)
+        stepped, *_ = envs.step(np.ones(4, dtype=np.int64))
+        stepped = stepped.copy()
+        mask = np.array([False, False, True, False])
+        obs, _ = envs.reset(seed=5, options={"reset_mask": mask})
+        assert np.array_equal(obs[[0, 1, 3]], stepped[[0, 1, 3]])
+        assert not np.array_equal(obs[2], stepped[2])
