@@ -64,3 +64,54 @@ class VariableCostEnv(CpuBoundEnv):
         self.steps += 1
         obs = np.full(4, (value % 100) / 100.0, dtype=np.float32)
         return obs, 1.0, False, self.steps >= 200, {}
+
+
+class FramesEnv(gym.Env[np.ndarray, int]):
+    """Atari-like: 84x84x4 uint8 frame stacks, `iterations` of CPU work a step; 500-step episodes.
+
+    Each step draws a new frame into the oldest of the stack's 4 slots (a ring, as a cheap
+    frame-stacking wrapper keeps it); the observation returned is a new array.
+    """
+
+    observation_space = gym.spaces.Box(0, 255, shape=(84, 84, 4), dtype=np.uint8)
+    action_space = gym.spaces.Discrete(6)
+
+    def __init__(self, iterations: int) -> None:
+        self.iterations = iterations
+        self.steps = 0
+        self._stack = np.zeros((84, 84, 4), dtype=np.uint8)
+        self._frames = np.random.default_rng(0).integers(0, 256, (16, 84, 84), dtype=np.uint8)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.steps = 0
+        self._stack[...] = self.np_random.integers(0, 256, dtype=np.uint8)
+        return self._stack.copy(), {}
+
+    def step(self, action: int):
+        value = burn(self.iterations)
+        self.steps += 1
+        self._stack[:, :, self.steps % 4] = self._frames[(value + int(action)) % 16]
+        return self._stack.copy(), 1.0, False, self.steps >= 500, {}
+
+
+def raw_loop_count(env_fn: Any, seconds: float, start: Any, counts: Any) -> None:
+    """Step one env in a raw loop for `seconds` once `start` is set; put the step count in `counts`.
+
+    Run in P processes at once, their summed rate is the machine's limit for this env.
+    """
+    env = env_fn()
+    env.reset(seed=0)
+    for t in range(100):
+        _, _, terminated, truncated, _ = env.step(t % 2)
+        if terminated or truncated:
+            env.reset()
+    start.wait()
+    count, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        _, _, terminated, truncated, _ = env.step(count % 2)
+        if terminated or truncated:
+            env.reset()
+        count += 1
+    counts.put(count / (time.perf_counter() - began))
+    env.close()

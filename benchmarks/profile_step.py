@@ -35,6 +35,7 @@ from ray_multiprocess_env.worker import EnvWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS, K = 2, 64
+TRANSPORTS = ("ray", "pipe", "auto")
 
 
 def _in_process_call(seconds: float) -> float:
@@ -98,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
-    rows = {transport: _profile(transport, args.seconds) for transport in ("ray", "auto")}
+    rows = {transport: _profile(transport, args.seconds) for transport in TRANSPORTS}
     ray.shutdown()
     env_work = _in_process_call(args.seconds)
     write_section(Path(args.out), "profile", _report(rows, env_work, args.seconds))
@@ -115,7 +116,7 @@ def _report(rows: dict[str, dict[str, float]], env_work: float, seconds: float) 
         return f"{value * 1e6:,.0f}"
 
     def line(name: str, get: Any) -> str:
-        return f"| {name} | {us(get(rows['ray']))} | {us(get(rows['auto']))} |"
+        return f"| {name} | " + " | ".join(us(get(rows[t])) for t in TRANSPORTS) + " |"
 
     lines = [
         "## One step of 2 workers x 64 CartPole envs",
@@ -127,23 +128,26 @@ def _report(rows: dict[str, dict[str, float]], env_work: float, seconds: float) 
         "Microseconds per vector step (driver phases are wall time on the driver; the workers "
         "run in parallel with each other):",
         "",
-        '| phase | `transport="ray"` (Ray calls) | `transport="auto"` (pipes) |',
-        "|---|---:|---:|",
+        '| phase | `transport="ray"` (Ray calls) | `"pipe"` (pipes only) '
+        '| `"auto"` (pipes and shared memory) |',
+        "|---|---:|---:|---:|",
         line("driver: split the actions per worker", lambda r: r["split"]),
         line("driver: submit 2 calls (serialize, send)", lambda r: r["submit"]),
         line("driver: wait for both results (and deserialize)", lambda r: r["wait"]),
         line("driver: join observations and rewards", lambda r: r["join"]),
         line("driver: CPU time of the whole step", lambda r: r["driver_cpu"]),
         line("one worker: CPU time of one call", lambda r: r["worker_cpu"]),
-        f"| one worker: env work of one call (64 steps, autoreset, stacking; in-process) "
-        f"| {us(env_work)} | {us(env_work)} |",
+        "| one worker: env work of one call (64 steps, autoreset, stacking; in-process) | "
+        + " | ".join(us(env_work) for _ in TRANSPORTS)
+        + " |",
         line(
             "one worker: transport overhead (CPU of a call minus env work)",
             lambda r: max(0.0, r["worker_cpu"] - env_work),
         ),
         line("wall time of the step", lambda r: r["wall"]),
-        f"| env steps/s | {WORKERS * K / rows['ray']['wall']:,.0f} "
-        f"| {WORKERS * K / rows['auto']['wall']:,.0f} |",
+        "| env steps/s | "
+        + " | ".join(f"{WORKERS * K / rows[t]['wall']:,.0f}" for t in TRANSPORTS)
+        + " |",
     ]
     return "\n".join(lines)
 

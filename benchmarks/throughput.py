@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import multiprocessing
 import os
 import platform
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,14 @@ import gymnasium as gym
 import numpy as np
 import ray
 
-from benchmarks.envs import CpuBoundEnv, calibrate
+from benchmarks.envs import CpuBoundEnv, FramesEnv, calibrate, raw_loop_count
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymAPIBridge, GymnasiumVectorEnv
 from ray_multiprocess_env.bench import measure_steps_per_second
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PROCESSES = 128  # one process per env beyond this is not run on a 2-core machine
-MAX_RAY_ACTORS = 32  # one Ray actor (a full Python process) per env beyond this is not run
+LIMIT = "machine limit: raw loops at once"  # one per core, each in its own process
 
 
 @dataclass
@@ -114,19 +115,68 @@ def _bridged(env_fn: Callable[[], gym.Env]) -> GymAPIBridge:
     return GymAPIBridge(env_fn())
 
 
+def _limit(env_fn: Callable[[], gym.Env], processes: int, seconds: float) -> float:
+    """The machine's limit: `processes` independent raw single-env loops at once, summed."""
+    context = multiprocessing.get_context("spawn")
+    start, counts = context.Event(), context.Queue()
+    children = [
+        context.Process(target=raw_loop_count, args=(env_fn, seconds, start, counts))
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    time.sleep(2.0)  # every child imported and warmed up (they wait for `start`)
+    start.set()
+    rates = [counts.get(timeout=120) for _ in children]
+    for child in children:
+        child.join()
+    return float(sum(rates))
+
+
+def _cpu_times() -> list[int]:
+    """The machine's CPU time counters (/proc/stat: user ... steal), or [] off Linux."""
+    try:
+        return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return []
+
+
+def _steal(before: list[int], after: list[int]) -> str:
+    """The share of CPU time the hypervisor gave to others (steal) between two readings."""
+    if len(before) < 8 or len(after) < 8:
+        return "unknown"
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return f"{100 * delta[7] / max(1, sum(delta)):.1f}%"
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def run(
     env_name: str,
     env_fn: Callable[[], gym.Env],
-    ns: list[int],
-    ours_k: list[int],
-    extra_sync: list[int],
+    workers: int,
+    ks: list[int],
     seconds: float,
     log: Callable[[str], None],
     plain_k: tuple[int, ...] = (),
+    peer_ns: tuple[int, ...] = (),
 ) -> list[Row]:
-    """Measure every implementation on one env; returns one row per measurement."""
+    """Measure every implementation on one env; returns one row per measurement.
+
+    Ours runs `workers` workers x k envs for each k in `ks`; gymnasium's vector envs run the
+    same total numbers of envs (and `peer_ns`), subprocess-per-env peers up to MAX_PROCESSES.
+    """
+    cores = os.cpu_count() or 1
     rows = [Row(env_name, "raw single-env loop", 1, _raw(env_fn, seconds))]
     log(f"{env_name}: raw {rows[0].steps_per_second:.0f}/s")
+    rows.append(Row(env_name, LIMIT, cores, _limit(env_fn, cores, seconds)))
+    log(f"{env_name}: {cores} raw loops at once {rows[-1].steps_per_second:.0f}/s")
 
     def add(implementation: str, n: int, measure: Callable[..., float], *args: Any) -> None:
         gc.collect()
@@ -134,88 +184,106 @@ def run(
         rows.append(Row(env_name, implementation, n, rate))
         log(f"{env_name}: {implementation} n={n}: {rate:.0f}/s")
 
-    sync = functools.partial(gym.vector.SyncVectorEnv)
-    for n in ns:
+    for n in sorted({workers * k for k in ks} | set(peer_ns)):
         fns = [env_fn] * n
-        add("gymnasium SyncVectorEnv", n, _gymnasium, functools.partial(sync, fns), n, seconds)
+        sync = functools.partial(gym.vector.SyncVectorEnv, fns)
+        add("gymnasium SyncVectorEnv", n, _gymnasium, sync, n, seconds)
         if n <= MAX_PROCESSES:
             make_async = functools.partial(gym.vector.AsyncVectorEnv, fns, context="fork")
             add("gymnasium AsyncVectorEnv", n, _gymnasium, make_async, n, seconds)
-            add("SB3 SubprocVecEnv", n, _sb3, fns, seconds)
-            bridged = [functools.partial(_bridged, env_fn)] * n
-            add("pfrl MultiprocessVectorEnv", n, _pfrl, bridged, seconds)
-        if n <= MAX_RAY_ACTORS:
-            ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=1)
-            add("ours, 1 env per actor", n, _gymnasium, ours, n, seconds)
-    for k in ours_k:
-        ours = functools.partial(GymnasiumVectorEnv, [env_fn] * (2 * k), envs_per_worker=k)
-        add(f"ours, 2 workers x {k}", 2 * k, _gymnasium, ours, 2 * k, seconds)
+            if _importable("stable_baselines3"):
+                add("SB3 SubprocVecEnv", n, _sb3, fns, seconds)
+            if _importable("pfrl"):
+                bridged = [functools.partial(_bridged, env_fn)] * n
+                add("pfrl MultiprocessVectorEnv", n, _pfrl, bridged, seconds)
+    for k in ks:
+        fns = [env_fn] * (workers * k)
+        ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=k)
+        add(f"ours, {workers} workers x {k}", workers * k, _gymnasium, ours, workers * k, seconds)
     for k in plain_k:  # the same, with every step a Ray actor call (no pipes)
-        ours = functools.partial(
-            GymnasiumVectorEnv, [env_fn] * (2 * k), envs_per_worker=k, transport="ray"
-        )
-        add(f"ours with Ray calls only, 2 workers x {k}", 2 * k, _gymnasium, ours, 2 * k, seconds)
-    for n in extra_sync:
-        add(
-            "gymnasium SyncVectorEnv",
-            n,
-            _gymnasium,
-            functools.partial(sync, [env_fn] * n),
-            n,
-            seconds,
-        )
+        fns = [env_fn] * (workers * k)
+        ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=k, transport="ray")
+        name = f"ours with Ray calls only, {workers} workers x {k}"
+        add(name, workers * k, _gymnasium, ours, workers * k, seconds)
     return rows
 
 
-def _rate(rows: list[Row], env: str, implementation: str, n: int) -> float | None:
+def _rate(rows: list[Row], env: str, implementation: str, n: int | None = None) -> float | None:
     for row in rows:
-        if (row.env, row.implementation, row.num_envs) == (env, implementation, n):
+        if (row.env, row.implementation) == (env, implementation) and n in (None, row.num_envs):
             return row.steps_per_second
     return None
 
 
-def _targets(rows: list[Row]) -> list[str]:
-    checks = [
+def _targets(rows: list[Row], workers: int) -> list[str]:
+    """Issue #14's targets (2 cores, or many cores), and the older ones of #3 and #9."""
+    w = workers
+    ours = functools.partial(lambda env, k: (env, f"ours, {w} workers x {k}", w * k))
+    limit = functools.partial(lambda env: (env, LIMIT, None))
+    if (os.cpu_count() or 1) <= 2:
+        checks = [
+            (
+                "frames, W x 16 >= 1.5x AsyncVectorEnv",
+                1.5,
+                ours("frames", 16),
+                ("frames", "gymnasium AsyncVectorEnv", w * 16),
+            ),
+            ("frames, W x 16 >= 0.8 of the limit", 0.8, ours("frames", 16), limit("frames")),
+            (
+                "CartPole, W x 64 >= 1.3x SyncVectorEnv",
+                1.3,
+                ours("CartPole", 64),
+                ("CartPole", "gymnasium SyncVectorEnv", w * 64),
+            ),
+            (
+                "CartPole, W x 512 >= 0.8 of the limit",
+                0.8,
+                ours("CartPole", 512),
+                limit("CartPole"),
+            ),
+            ("1 ms env, W x 8 >= 0.9 of the limit", 0.9, ours("1 ms env", 8), limit("1 ms env")),
+            (
+                "CartPole, W x 64 >= 5x AsyncVectorEnv (#3)",
+                5.0,
+                ours("CartPole", 64),
+                ("CartPole", "gymnasium AsyncVectorEnv", w * 64),
+            ),
+            (
+                "CartPole, W x 512 >= 1.0x SyncVectorEnv (#9)",
+                1.0,
+                ours("CartPole", 512),
+                ("CartPole", "gymnasium SyncVectorEnv", w * 512),
+            ),
+            (
+                "1 ms env, W x 8 >= 0.95x the same with Ray calls only (#9)",
+                0.95,
+                ours("1 ms env", 8),
+                ("1 ms env", f"ours with Ray calls only, {w} workers x 8", w * 8),
+            ),
+        ]
+    else:
+        checks = [
+            (
+                "CartPole, W x 256 >= 0.75 of the limit",
+                0.75,
+                ours("CartPole", 256),
+                limit("CartPole"),
+            ),
+            ("frames, W x 16 >= 0.6 of the limit", 0.6, ours("frames", 16), limit("frames")),
+            ("1 ms env, W x 4 >= 0.9 of the limit", 0.9, ours("1 ms env", 4), limit("1 ms env")),
+        ]
+    checks.append(
         (
-            "CartPole, 2 workers x 64 envs >= 1.0x gymnasium SyncVectorEnv with 128 envs",
-            1.0,
-            ("CartPole", "ours, 2 workers x 64", 128),
-            ("CartPole", "gymnasium SyncVectorEnv", 128),
-        ),
-        (
-            "CartPole, 2 workers x 64 envs >= 5x gymnasium AsyncVectorEnv with 128 envs",
-            5.0,
-            ("CartPole", "ours, 2 workers x 64", 128),
-            ("CartPole", "gymnasium AsyncVectorEnv", 128),
-        ),
-        (
-            "CartPole, 2 workers x 512 envs >= 1.0x gymnasium SyncVectorEnv with 1024 envs",
-            1.0,
-            ("CartPole", "ours, 2 workers x 512", 1024),
-            ("CartPole", "gymnasium SyncVectorEnv", 1024),
-        ),
-        (
-            "1 ms env, 2 workers x 8 envs >= 1.75x the raw single-env loop",
-            1.75,
-            ("1 ms env", "ours, 2 workers x 8", 16),
-            ("1 ms env", "raw single-env loop", 1),
-        ),
-        (
-            "1 ms env, 2 workers x 8 envs >= 0.95x the same with Ray calls only",
-            0.95,
-            ("1 ms env", "ours, 2 workers x 8", 16),
-            ("1 ms env", "ours with Ray calls only, 2 workers x 8", 16),
-        ),
-        (
-            "CartPole, 2 workers x 64 envs: pipes against Ray calls only (no target)",
+            "CartPole, W x 64: against Ray calls only (no target)",
             0.0,
-            ("CartPole", "ours, 2 workers x 64", 128),
-            ("CartPole", "ours with Ray calls only, 2 workers x 64", 128),
+            ours("CartPole", 64),
+            ("CartPole", f"ours with Ray calls only, {w} workers x 64", w * 64),
         ),
-    ]
+    )
     lines = []
-    for text, goal, ours, peer in checks:
-        a, b = _rate(rows, *ours), _rate(rows, *peer)
+    for text, goal, mine, peer in checks:
+        a, b = _rate(rows, *mine), _rate(rows, *peer)
+        text = text.replace("W x", f"{w} workers x")
         if a is None or b is None:
             lines.append(f"- {text}: not measured in this run")
             continue
@@ -225,9 +293,23 @@ def _targets(rows: list[Row]) -> list[str]:
     return lines
 
 
-def _markdown(rows: list[Row], command: str, iterations: int, seconds: float) -> str:
+def _version(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _markdown(
+    rows: list[Row],
+    command: str,
+    iterations: dict[str, int],
+    seconds: float,
+    workers: int,
+    steal: str,
+) -> str:
     packages = ["ray", "gymnasium", "numpy", "stable-baselines3", "pfrl", "torch"]
-    versions = ", ".join(f"{p} {version(p)}" for p in packages)
+    versions = ", ".join(f"{p} {_version(p)}" for p in packages)
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -236,41 +318,45 @@ def _markdown(rows: list[Row], command: str, iterations: int, seconds: float) ->
         ),
         platform.processor(),
     )
+    cores = os.cpu_count()
     out = [
-        "## Throughput against gymnasium, stable-baselines3 and pfrl",
+        f"## Throughput on {cores} CPUs against the machine's limit, gymnasium, SB3 and pfrl",
         "",
         "Env steps per second (higher is better) of every vector env on the same envs and the",
         "same pre-drawn random actions, each run for about "
-        f"{seconds:g} s after a warm-up, all in one run.",
-        "The ratio column compares with the raw single-env loop of the same env in the same run.",
+        f"{seconds:g} s after a warm-up, all in one run. The machine's limit is {cores} "
+        "independent raw single-env loops at once, one process per CPU (their summed rate).",
         "",
         f"- Command: `{command}`",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-        f"- Machine: {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, "
-        f"{platform.system()}",
+        f"- Machine: {cores} CPUs ({cpu}), Python {platform.python_version()}, "
+        f"{platform.system()}; CPU time stolen by the hypervisor during the run: {steal}",
         f"- Versions: {versions}",
-        f"- 1 ms env: `benchmarks/envs.py:CpuBoundEnv`, {iterations} iterations of integer "
-        "arithmetic per step (calibrated to about 1 ms in this run), 200-step episodes.",
-        "- Subprocess-per-env peers run up to "
-        f"{MAX_PROCESSES} envs; one Ray actor per env up to {MAX_RAY_ACTORS} envs "
-        "(each actor is a full Python process).",
+        f"- Ours: {workers} workers (`num_workers`) x k envs each, the default transport "
+        "(pipes and shared memory).",
+        f"- 1 ms env: `benchmarks/envs.py:CpuBoundEnv`, {iterations['1 ms env']} iterations of "
+        "integer arithmetic per step (calibrated to about 1 ms in this run), 200-step episodes.",
+        f"- frames: `benchmarks/envs.py:FramesEnv`, 84x84x4 uint8 observations, "
+        f"{iterations['frames']} iterations (about 0.1 ms) per step, 500-step episodes.",
+        f"- Subprocess-per-env peers run up to {MAX_PROCESSES} envs.",
         "",
         "### Targets",
         "",
-        *_targets(rows),
+        *_targets(rows, workers),
         "",
         "### Results",
         "",
-        "| env | implementation | envs | env steps/s | x raw loop |",
-        "|---|---|---:|---:|---:|",
+        "| env | implementation | envs | env steps/s | x raw loop | of the limit |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for row in rows:
         raw = _rate(rows, row.env, "raw single-env loop", 1) or float("nan")
+        limit = _rate(rows, row.env, LIMIT) or float("nan")
         out.append(
             f"| {row.env} | {row.implementation} | {row.num_envs} | "
-            f"{row.steps_per_second:,.0f} | {row.steps_per_second / raw:.2f} |"
+            f"{row.steps_per_second:,.0f} | {row.steps_per_second / raw:.2f} | "
+            f"{row.steps_per_second / limit:.2f} |"
         )
-    out += ["", "![env steps/s against the number of envs](benchmarks.png)", ""]
     return "\n".join(out)
 
 
@@ -284,18 +370,18 @@ def _plot(rows: list[Row], path: Path) -> None:
     fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4.5), squeeze=False)
     for ax, env in zip(axes[0], envs, strict=True):
         env_rows = [r for r in rows if r.env == env]
-        kinds = {r.implementation.split(", 2 workers")[0] for r in env_rows}
+        kinds = {r.implementation.split(", ")[0] for r in env_rows}
         for kind in sorted(kinds):
             pts = sorted(
                 (r.num_envs, r.steps_per_second)
                 for r in env_rows
-                if r.implementation.split(", 2 workers")[0] == kind
+                if r.implementation.split(", ")[0] == kind
             )
-            label = "ours, 2 workers x n/2" if kind == "ours" else kind
-            if kind == "raw single-env loop":
-                ax.axhline(pts[0][1], color="grey", linestyle="--", label=kind)
+            if kind in ("raw single-env loop", LIMIT):
+                style = "--" if kind == LIMIT else ":"
+                ax.axhline(pts[0][1], color="grey", linestyle=style, label=kind)
                 continue
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kind)
         ax.set(xscale="log", yscale="log", xlabel="envs", ylabel="env steps/s", title=env)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
@@ -306,39 +392,64 @@ def _plot(rows: list[Row], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--workers", type=int, default=None, help="default: 2 on 2 cores, else cores - 1"
+    )
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    workers = args.workers or (2 if cores <= 2 else cores - 1)
+    many = cores > 2
     log = functools.partial(print, file=sys.stderr, flush=True)
     ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
-    iterations = calibrate(1.0)
+    iterations = {"1 ms env": calibrate(1.0), "frames": calibrate(0.1)}
+    before = _cpu_times()
     rows = run(
         "CartPole",
         functools.partial(gym.make, "CartPole-v1"),
-        [8, 32, 128],
-        [1, 16, 64, 256, 512],
-        [1024],
+        workers,
+        [64, 256] if many else [16, 64, 512],
         args.seconds,
         log,
         plain_k=(64,),
+        peer_ns=(4 * cores,) if many else (),
+    )
+    rows += run(
+        "frames",
+        functools.partial(FramesEnv, iterations["frames"]),
+        workers,
+        [16],
+        args.seconds,
+        log,
+        peer_ns=(4 * cores,) if many else (),
     )
     rows += run(
         "1 ms env",
-        functools.partial(CpuBoundEnv, iterations),
-        [8, 32, 128],
-        [1, 4, 8, 16, 64],
-        [],
+        functools.partial(CpuBoundEnv, iterations["1 ms env"]),
+        workers,
+        [4, 16] if many else [4, 8, 64],
         args.seconds,
         log,
-        plain_k=(8,),
+        plain_k=() if many else (8,),
+        peer_ns=(4 * cores,) if many else (),
     )
     ray.shutdown()
+    steal = _steal(before, _cpu_times())
     out = Path(args.out)
-    command = "python -m benchmarks.throughput" + (
-        f" --seconds {args.seconds:g}" if args.seconds != 3.0 else ""
+    command = (
+        "python -m benchmarks.throughput"
+        + (f" --seconds {args.seconds:g}" if args.seconds != 3.0 else "")
+        + (f" --workers {args.workers}" if args.workers else "")
     )
-    write_section(out, "throughput", _markdown(rows, command, iterations, args.seconds))
-    _plot(rows, out.with_suffix(".png"))
-    log(f"wrote {out} and {out.with_suffix('.png')}")
+    section = "throughput" if not many else f"throughput-{cores}-cpus"
+    markdown = _markdown(rows, command, iterations, args.seconds, workers, steal)
+    write_section(out, section, markdown)
+    print(markdown)
+    if _importable("matplotlib") and not many:
+        _plot(rows, out.with_suffix(".png"))
+        markdown += "\n\n![env steps/s against the number of envs](benchmarks.png)\n"
+        write_section(out, section, markdown)
+    log(f"wrote {out}")
 
 
 if __name__ == "__main__":
