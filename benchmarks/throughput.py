@@ -166,11 +166,13 @@ def run(
     log: Callable[[str], None],
     plain_k: tuple[int, ...] = (),
     peer_ns: tuple[int, ...] = (),
+    view_k: tuple[int, ...] = (),
 ) -> list[Row]:
     """Measure every implementation on one env; returns one row per measurement.
 
-    Ours runs `workers` workers x k envs for each k in `ks`; gymnasium's vector envs run the
-    same total numbers of envs (and `peer_ns`), subprocess-per-env peers up to MAX_PROCESSES.
+    Ours runs `workers` workers x k envs for each k in `ks` (and with Ray calls only for
+    `plain_k`, with ``copy=False`` for `view_k`); gymnasium's vector envs run the same total
+    numbers of envs (and `peer_ns`), subprocess-per-env peers up to MAX_PROCESSES.
     """
     cores = os.cpu_count() or 1
     rows = [Row(env_name, "raw single-env loop", 1, _raw(env_fn, seconds))]
@@ -200,6 +202,11 @@ def run(
         fns = [env_fn] * (workers * k)
         ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=k)
         add(f"ours, {workers} workers x {k}", workers * k, _gymnasium, ours, workers * k, seconds)
+    for k in view_k:  # the same, observations handed out as a view of the shared memory
+        fns = [env_fn] * (workers * k)
+        ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=k, copy=False)
+        name = f"ours with copy=False, {workers} workers x {k}"
+        add(name, workers * k, _gymnasium, ours, workers * k, seconds)
     for k in plain_k:  # the same, with every step a Ray actor call (no pipes)
         fns = [env_fn] * (workers * k)
         ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=k, transport="ray")
@@ -272,6 +279,14 @@ def _targets(rows: list[Row], workers: int) -> list[str]:
             ("frames, W x 16 >= 0.6 of the limit", 0.6, ours("frames", 16), limit("frames")),
             ("1 ms env, W x 4 >= 0.9 of the limit", 0.9, ours("1 ms env", 4), limit("1 ms env")),
         ]
+    checks.append(
+        (
+            "frames, W x 16 with copy=False: of the limit (no target)",
+            0.0,
+            ("frames", f"ours with copy=False, {w} workers x 16", w * 16),
+            limit("frames"),
+        )
+    )
     checks.append(
         (
             "CartPole, W x 64: against Ray calls only (no target)",
@@ -422,6 +437,7 @@ def main() -> None:
         args.seconds,
         log,
         peer_ns=(4 * cores,) if many else (),
+        view_k=(16,),
     )
     rows += run(
         "1 ms env",

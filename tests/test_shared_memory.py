@@ -17,6 +17,8 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import GymnasiumVectorEnv
+from ray_multiprocess_env._engine import pipes
+from ray_multiprocess_env._shared_memory import write_actions
 from ray_multiprocess_env.batch import copy_batch
 from tests.envs import NestedSpacesEnv
 from tests.test_vector import assert_killed, wait_until_ready, worker_pids
@@ -72,15 +74,27 @@ def test_nested_spaces_match_sync_vector_env_over_shared_memory():
                 assert _equal(mine[-1][key], theirs[-1][key]), key
 
 
-def test_actions_of_another_dtype_reach_the_env_as_given():
-    """float64 actions for a float32 Box are sent serialized: the env gets float64 as given."""
-    with contextlib.closing(GymnasiumVectorEnv([NestedSpacesEnv] * 2, envs_per_worker=2)) as envs:
+def test_actions_go_through_shared_memory_unless_their_dtype_differs(monkeypatch):
+    """Actions of the space's dtype go through shared memory; others are sent serialized.
+
+    float64 actions for a float32 Box reach the env as float64, as they would in-process.
+    """
+    written = []
+
+    def spy(*args):
+        written.append(write_actions(*args))
+        return written[-1]
+
+    monkeypatch.setattr(pipes, "write_actions", spy)
+    with contextlib.closing(GymnasiumVectorEnv([NestedSpacesEnv] * 2, envs_per_worker=1)) as envs:
         envs.reset(seed=0)
         move = np.zeros((2, 2), dtype=np.float32)
         *_, info = envs.step({"move": move, "pick": np.array([1, 2])})
         assert list(info["action_dtype"]) == ["float32"] * 2
+        assert envs._engine.whole_batch(envs._worker_obs) is not None  # replies from the memory
         *_, info = envs.step({"move": move.astype(np.float64), "pick": np.array([1, 2])})
         assert list(info["action_dtype"]) == ["float64"] * 2
+    assert written == [True, True, False, False]
 
 
 def test_copy_false_returns_a_view_that_the_next_step_overwrites():

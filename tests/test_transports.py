@@ -40,9 +40,21 @@ def _links(envs):
 
 
 @contextlib.contextmanager
-def _interrupt_after(seconds):
-    """Deliver a KeyboardInterrupt to the main thread after `seconds` (Jupyter's interrupt)."""
-    timer = threading.Timer(seconds, _thread.interrupt_main)
+def _interrupt_after(seconds, *, signal_now=False):
+    """Deliver a KeyboardInterrupt to the main thread after `seconds` (Jupyter's interrupt).
+
+    With `signal_now`, a real SIGINT to the main thread, which also cuts short a blocking wait
+    (``_thread.interrupt_main`` only raises once the main thread runs Python code again).
+    """
+    main = threading.main_thread().ident
+
+    def interrupt():
+        if signal_now:
+            signal.pthread_kill(main, signal.SIGINT)
+        else:
+            _thread.interrupt_main()
+
+    timer = threading.Timer(seconds, interrupt)
     timer.start()
     try:
         yield
@@ -159,6 +171,34 @@ def test_keyboard_interrupt_mid_step_leaves_the_env_usable(transport):
         for _ in range(100_000):  # interrupts land anywhere in a fast loop
             envs.step(np.array([0, 0, 0, 0]))
     assert envs.step(np.array([1, 1, 1, 1]))[0][:, 0].tolist() == [5.0, 5.0, 5.0, 5.0]
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_steps_queued_behind_an_interrupted_one_keep_their_own_actions(transport):
+    """Steps given up on while the worker is still busy run later, each with its own actions."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, transport=transport, timeout=30)
+    envs.reset()
+    envs.set_attr("delay", [0.4, 0.4])
+    with pytest.raises(KeyboardInterrupt), _interrupt_after(0.1, signal_now=True):
+        envs.step(np.array([0, 0]))  # the workers are busy with it for 0.3 s more
+    with pytest.raises(KeyboardInterrupt), _interrupt_after(0.05, signal_now=True):
+        envs.step(np.array([2, 2]))  # waits in the pipe behind it
+    obs = envs.step(np.array([1, 1]))[0]  # behind both: must not overwrite their actions
+    assert obs[:, 0].tolist() == [3.0, 3.0]
+    envs.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_worker_results_of_an_error_stay_as_they_were(transport):
+    """`worker_results` of a failed step are the caller's own: later steps do not change them."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, transport=transport)
+    envs.reset()
+    with pytest.raises(RemoteEnvError) as caught:
+        envs.step(np.array([-1, 1]))
+    kept = np.array(caught.value.worker_results[1][0])
+    envs.step(np.array([1, 1]))
+    assert np.array_equal(caught.value.worker_results[1][0], kept)
     envs.close()
 
 

@@ -301,8 +301,8 @@ class Engine(CallState):
         for ticket in call.tickets:
             outcome = ticket.outcome
             cause = getattr(outcome.error, "cause", None) if outcome is not None else None
-            if outcome is not None and outcome.ok:
-                error.worker_results[ticket.slot] = outcome.value
+            if outcome is not None and outcome.ok:  # copied: the next call reuses shared memory
+                error.worker_results[ticket.slot] = ticket.link.detached(ticket.op, outcome.value)
             elif isinstance(cause, _EnvFailures) and cause.partial is not None:
                 error.worker_results[ticket.slot] = cause.partial
         return error
@@ -323,8 +323,8 @@ class Engine(CallState):
             return None
         for slot, observations in zip(self.pool.slots, worker_observations, strict=True):
             views = getattr(slot.link, "views", None)
-            if views is None or observations is not views.observations:
-                return None
+            if views is None or observations is not views.observations or not slot.link.idle:
+                return None  # (a worker still busy with a call given up on may be writing)
         if self._whole is None:
             self._whole = shared.views(0, self.num_envs)
         return self._whole.observations

@@ -38,6 +38,7 @@ from ray.exceptions import RayError
 from ray_multiprocess_env._engine.transport import Outcome, Ticket, remaining
 from ray_multiprocess_env._shared_memory import BatchViews, SharedBatch, write_actions
 from ray_multiprocess_env._wire import HEADER, dumps, loads
+from ray_multiprocess_env.batch import copy_batch
 from ray_multiprocess_env.errors import RemoteFailure
 
 __all__ = ["PipeLink", "deferred_interrupts", "pipes_supported", "wait_pipes"]
@@ -135,24 +136,37 @@ class PipeLink:
         self.broken = False  # the pipe closed: the worker died, or serving ended
         self.views: BatchViews | None = None  # this worker's rows of the shared arrays, if any
         self._answered = 0  # the sequence number of the last reply read
+        self._share_seq = -1  # the sequence number of the `share` request
+        self._actions_shared = False  # the worker maps the memory: actions may go through it
         self._action_space: Any = None
 
     def share(self, shared: SharedBatch, start: int, stop: int, deadline: float | None) -> None:
         """Have the worker use rows ``start..stop-1`` of `shared` (see `_shared_memory`).
 
+        The views are in place before the request goes out, so whenever the worker starts
+        answering None for its arrays (even after this wait timed out or was interrupted),
+        the replies are filled; actions go through the memory only once the worker has said
+        it maps it.
+
         Raises:
             TimeoutError: If the worker does not answer before `deadline`.
             RemoteFailure: If it cannot map the memory (it then goes on without).
         """
+        self.views, self._action_space = shared.views(start, stop), shared.spec["action_space"]
         ticket = Ticket(-1, -1, "share", (shared.spec, start, stop), tuple(range(start, stop)))
         self.submit(ticket)
+        self._share_seq = ticket.handle
         wait_pipes([ticket], deadline, 1)
         if ticket.outcome is None:
             self.forget(ticket)
             raise TimeoutError("the worker did not answer")
         if not ticket.outcome.ok:
             raise ticket.outcome.error or RuntimeError("the worker could not share memory")
-        self.views, self._action_space = shared.views(start, stop), shared.spec["action_space"]
+
+    @property
+    def idle(self) -> bool:
+        """Whether the worker has answered every message sent to it."""
+        return self._answered == self._seq
 
     def _open_writer(self, path: str, deadline: float | None) -> int:
         """Open `path` for writing once the worker's `serve` has opened it for reading."""
@@ -192,8 +206,9 @@ class PipeLink:
         """
         if (
             ticket.op == "step"
+            and self._actions_shared
             and self.views is not None
-            and self._answered == self._seq
+            and self.idle
             and len(ticket.args) == 1
             and write_actions(self.views, self._action_space, ticket.args[0])
         ):
@@ -206,8 +221,8 @@ class PipeLink:
         if self.broken:
             ticket.outcome = self._death()
             return
-        self._seq += 1
         data = self.encode(ticket) if data is None else data
+        self._seq += 1
         ticket.handle = self._seq
         with deferred_interrupts():
             self._outbox += HEADER.pack(self._seq, len(data)) + data
@@ -255,8 +270,13 @@ class PipeLink:
             start += HEADER.size + size
             self._answered = seq
             ticket = self._waiting.pop(seq, None)
-            if ticket is not None:  # else a reply to a ticket given up on
-                ticket.outcome = self._shared_in(ticket.op, _decode(payload))
+            if ticket is None and seq != self._share_seq:
+                continue  # a reply to a ticket given up on
+            outcome = _decode(payload)
+            if seq == self._share_seq:  # also when the `share` request was given up on
+                self._actions_shared = outcome.ok
+            if ticket is not None:
+                ticket.outcome = self._shared_in(ticket.op, outcome)
         view.release()
         del self._inbox[:start]
 
@@ -269,6 +289,17 @@ class PipeLink:
             arrays = (views.observations, views.rewards, views.terminations, views.truncations)
             return Outcome(True, (*arrays, value[4]))
         return Outcome(True, (views.observations, value[1]))  # a reset
+
+    def detached(self, op: str, value: Any) -> Any:
+        """`value` (a result of `op`) with copies in place of views of the shared memory."""
+        views = self.views
+        if views is None or type(value) is not tuple or not value:
+            return value
+        if op == "step" and len(value) == 5 and value[1] is views.rewards:
+            return (*(copy_batch(part) for part in value[:4]), value[4])
+        if op == "reset" and len(value) == 2 and value[0] is views.observations:
+            return (copy_batch(value[0]), value[1])
+        return value
 
     def forget(self, ticket: Ticket) -> None:
         """Drop interest in `ticket`; its reply is skipped when it comes."""

@@ -161,6 +161,8 @@ class Pool:
         """
         if self.options.transport != "auto" or self.shared is not None:
             return
+        if not any(isinstance(slot.link, PipeLink) for slot in self.slots):
+            return  # no worker on this node
         self.shared = SharedBatch.create(observation_space, action_space, self.num_envs)
         if self.shared is not None:
             self._share(self.slots, self.shared, deadline_in(self.options.bound))
@@ -197,6 +199,7 @@ class Pool:
         logger.warning(
             "The worker of env(s) %s %s in `%s`; restarting it.", list(slot.envs), why, label
         )
+        old_serve = getattr(slot.link, "serve_ref", None)
         slot.link.close()
         ray.kill(slot.actor, no_restart=True)
         seeds = []
@@ -206,6 +209,9 @@ class Pool:
         slot.generation += 1
         slot.actor = self._create(index, slot.start, slot.stop, seeds)
         slot.link = RayLink(slot.actor, True)
+        if old_serve is not None and self.shared is not None:
+            # the old worker may still be writing its rows of the shared memory until it is gone
+            ray.wait([old_serve], timeout=min(self.options.bound, 10.0))
         try:
             self._connect([slot], deadline_in(self.options.bound), label)
         except (TimeoutError, EnvCrashedError) as err:

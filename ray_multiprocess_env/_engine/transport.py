@@ -7,7 +7,8 @@ the worker's death), never an exception thrown across the engine. Two transports
 * `RayLink`: a Ray actor call per operation (any node; the only one for plain actors).
 * `PipeLink` (`pipes.py`): same-node named pipes, served on the worker's env thread.
 
-Both have ``encode(ticket)``, ``submit(ticket)``, ``forget(ticket)`` and ``close()``;
+Both have ``encode(ticket)``, ``submit(ticket)``, ``forget(ticket)``, ``detached(op, value)``
+and ``close()``;
 `wait.wait_tickets` waits on tickets of either kind under one deadline.
 """
 
@@ -127,6 +128,11 @@ class RayLink:
         else:
             wrap = not self.batched and ticket.op == "apply"
             ticket.outcome = Outcome(True, [value] if wrap else value)
+
+    @staticmethod
+    def detached(op: str, value: Any) -> Any:
+        """`value` itself: Ray's results are the caller's own."""
+        return value
 
     def forget(self, ticket: Ticket) -> None:
         """Drop interest in `ticket` (its reply, when it comes, is ignored)."""
