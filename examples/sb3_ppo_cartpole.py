@@ -15,14 +15,9 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from ray_multiprocess_env import make_sb3_vec_env
 
 
-def make_env(index: int) -> gym.Env:
-    """One CartPole-v1 (`index` is the env's place in the vector env)."""
-    return gym.make("CartPole-v1")
-
-
 def train(timesteps: int, seed: int = 0) -> float:
     """Train PPO for `timesteps` env steps; return its mean return over 10 test episodes."""
-    envs = make_sb3_vec_env(make_env, num_workers=2, envs_per_worker=4, seed=seed)
+    envs = make_sb3_vec_env("CartPole-v1", 8, num_workers=2, seed=seed, monitor=True)
     try:
         model = PPO(
             "MlpPolicy",

@@ -23,6 +23,7 @@ from ray_multiprocess_env.integrations.gymnasium_make import (
     vector_entry_point,
 )
 from ray_multiprocess_env.integrations.pfrl import GymAPIBridge
+from ray_multiprocess_env.integrations.rllib import rllib_env_creator
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.remote import REMOTE_ENV_METHODS, make_remote_class
 from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime, started_runtime
@@ -46,6 +47,7 @@ __all__ = [
     "make_sb3_vec_env",
     "make_vector_env",
     "plan_placement",
+    "rllib_env_creator",
     "shutdown_runtime",
     "started_runtime",
     "unzip",

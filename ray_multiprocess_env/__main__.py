@@ -38,8 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Measure GymnasiumVectorEnv throughput (random actions) for ENV, for each setting "
             "of workers x envs per worker, print a table and the recommended setting. ENV is a "
-            "gymnasium id (CartPole-v1) or 'package.module:factory' naming a function with no "
-            "arguments that returns an env."
+            "gymnasium id (CartPole-v1) or 'package.module:factory' naming a function that returns "
+            "an env (taking no argument, or the env index)."
         ),
     )
     bench.add_argument("env", metavar="ENV", help="gymnasium id or package.module:factory")
@@ -76,7 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _bench(args: argparse.Namespace) -> int:
     import ray
 
-    from ray_multiprocess_env.bench import default_settings, env_factory, format_table, sweep
+    from ray_multiprocess_env.bench import (
+        default_settings,
+        env_factory,
+        format_table,
+        recommended_code,
+        sweep,
+    )
     from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime
 
     try:
@@ -98,10 +104,8 @@ def _bench(args: argparse.Namespace) -> int:
     print(f"env: {args.env}, {cpus} CPUs in the Ray cluster, {args.seconds} s per setting")
     print(format_table(results))
     best = max(results, key=lambda r: r.steps_per_second)
-    print(
-        f"recommended: make_vector_env(make_env, num_workers={best.num_workers}, "
-        f"envs_per_worker={best.envs_per_worker})"
-    )
+    print("recommended (paste it):")
+    print(recommended_code(args.env, env_fn, best))
     return 0
 
 

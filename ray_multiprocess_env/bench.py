@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 from tqdm import tqdm
 
-__all__ = ["BenchResult", "env_factory", "measure_steps_per_second", "sweep"]
+__all__ = ["BenchResult", "env_factory", "measure_steps_per_second", "recommended_code", "sweep"]
 
 
 def measure_steps_per_second(
@@ -44,11 +44,12 @@ def measure_steps_per_second(
     return num_envs * count / elapsed
 
 
-def env_factory(spec: str) -> Callable[[], gym.Env[Any, Any]]:
-    """An env factory from a registered gymnasium id or ``"package.module:factory"``.
+def env_factory(spec: str) -> str | Callable[..., gym.Env[Any, Any]]:
+    """What ``make_vector_env`` takes as `env` for a command-line ENV.
 
-    ``"package.module:factory"`` names a callable with no arguments that returns an env; any
-    other string is passed to `gymnasium.make` (which also accepts ``"module:EnvId-v0"``).
+    ``"package.module:factory"`` names a callable that returns an env (taking no argument or
+    the env index, as for `make_vector_env`); any other string must be a registered gymnasium
+    id (``"module:EnvId-v0"`` imports the module first, as `gymnasium.make` does).
 
     Raises:
         ValueError: If the spec names neither a registered id nor a factory.
@@ -70,17 +71,23 @@ def env_factory(spec: str) -> Callable[[], gym.Env[Any, Any]]:
         raise ValueError(
             f"`{spec}` is neither a registered gymnasium id nor 'package.module:factory': {err}"
         ) from err
-    return _GymMake(spec)
+    return spec
 
 
-class _GymMake:
-    """A picklable ``lambda: gymnasium.make(env_id)``."""
-
-    def __init__(self, env_id: str) -> None:
-        self.env_id = env_id
-
-    def __call__(self) -> gym.Env[Any, Any]:
-        return gym.make(self.env_id)
+def recommended_code(spec: str, env: str | Callable[..., Any], best: BenchResult) -> str:
+    """Python that builds the vector env of `best` for `spec`, runnable as printed."""
+    counts = f"num_workers={best.num_workers}, envs_per_worker={best.envs_per_worker}"
+    if isinstance(env, str):
+        return (
+            "from ray_multiprocess_env import make_vector_env\n"
+            f"envs = make_vector_env({env!r}, {counts})"
+        )
+    module_name, _, attribute = spec.partition(":")
+    return (
+        "from ray_multiprocess_env import make_vector_env\n"
+        f"from {module_name} import {attribute}\n"
+        f"envs = make_vector_env({attribute}, {counts})"
+    )
 
 
 @dataclass(frozen=True)
@@ -98,19 +105,20 @@ class BenchResult:
 
 
 def sweep(
-    env_fn: Callable[[], gym.Env[Any, Any]],
+    env: str | Callable[..., gym.Env[Any, Any]],
     settings: Iterable[tuple[int, int]],
     *,
     seconds: float = 2.0,
     progress: bool = True,
 ) -> list[BenchResult]:
-    """Measure `GymnasiumVectorEnv` with random actions for each (workers, envs per worker)."""
+    """Measure `make_vector_env` with random actions for each (workers, envs per worker)."""
     from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
+    from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env
 
     results = []
     settings = list(settings)
     for num_workers, per_worker in tqdm(settings, desc="settings", disable=not progress):
-        envs = GymnasiumVectorEnv([env_fn] * (num_workers * per_worker), envs_per_worker=per_worker)
+        envs = make_vector_env(env, num_workers=num_workers, envs_per_worker=per_worker)
         try:
             envs.reset(seed=0)
             envs.action_space.seed(0)

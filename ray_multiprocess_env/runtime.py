@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-__all__ = ["ensure_runtime", "shutdown_runtime", "started_runtime"]
+__all__ = ["ensure_runtime", "ray_cpus", "shutdown_runtime", "started_runtime"]
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +103,9 @@ def start_runtime_on_creation(actor_class: Any) -> Any:
 
     actor_class._remote = _remote
     return actor_class
+
+
+def ray_cpus() -> int:
+    """The CPUs of the Ray cluster (on a local runtime, this machine's), starting one if needed."""
+    ensure_runtime()
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]

@@ -27,8 +27,8 @@ def test_measure_counts_env_steps_per_second():
 
 
 def test_env_factory_accepts_ids_and_module_factories():
-    """A gymnasium id and 'module:factory' both give a working factory; junk is a ValueError."""
-    assert env_factory("CartPole-v1")().spec.id == "CartPole-v1"
+    """A gymnasium id stays an id, 'module:factory' gives the factory; junk is a ValueError."""
+    assert env_factory("CartPole-v1") == "CartPole-v1"
     assert type(env_factory("tests.envs:FlakyEnv")()).__name__ == "FlakyEnv"
     with pytest.raises(ValueError, match="neither a registered gymnasium id"):
         env_factory("NoSuchEnv-v9")
@@ -44,15 +44,17 @@ def test_sweep_and_table_mark_the_best_setting():
     assert table.splitlines()[-1].endswith("<- recommended")
 
 
-def test_bench_command_prints_a_recommendation(ray_address):
-    """``python -m ray_multiprocess_env bench`` prints a table and the recommended setting."""
+@pytest.mark.parametrize("env", ["CartPole-v1", "tests.envs:FlakyEnv"])
+def test_bench_command_prints_code_that_runs_when_pasted(ray_address, env):
+    """``bench`` prints a table and the recommended setting as code; pasted, the code runs."""
+    run_env = {**os.environ, "RAY_ADDRESS": ray_address}
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "ray_multiprocess_env",
             "bench",
-            "CartPole-v1",
+            env,
             "--workers",
             "1",
             "--envs-per-worker",
@@ -63,12 +65,22 @@ def test_bench_command_prints_a_recommendation(ray_address):
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "RAY_ADDRESS": ray_address},
+        env=run_env,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert "recommended: make_vector_env(make_env, num_workers=1, envs_per_worker=" in result.stdout
     assert result.stdout.count("\n") >= 4
+    code = result.stdout.split("recommended (paste it):\n", 1)[1]
+    assert "envs = make_vector_env(" in code
+    pasted = subprocess.run(
+        [sys.executable, "-c", code + "\nenvs.reset(seed=0)\nprint(envs.num_envs)\nenvs.close()"],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=300,
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    assert pasted.stdout.strip().splitlines()[-1] in ("1", "4")
 
 
 def test_bench_command_rejects_an_unknown_env():

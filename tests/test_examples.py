@@ -47,10 +47,13 @@ def test_sb3_ppo_learns_cartpole(ray_address):
     assert "mean return over 10 test episodes" in result.stdout
 
 
-def test_rllib_ppo_trains_on_our_vector_env(ray_address):
-    """RLlib's PPO trains on GymnasiumVectorEnv through the vector entry point; returns rise."""
+def test_rllib_ppo_trains_on_our_vector_env_in_two_remote_env_runners(ray_address):
+    """RLlib's PPO with 2 remote env runners, each on a GymnasiumVectorEnv; returns rise."""
     pytest.importorskip("ray.rllib")
-    result = _run("rllib_ppo_cartpole.py", ["--iterations", "3"], ray_address)
+    result = _run("rllib_ppo_cartpole.py", ["--iterations", "3", "--env-runners", "2"], ray_address)
+    assert "env runners' envs: ['GymnasiumVectorEnv', 'GymnasiumVectorEnv']" in result.stdout, (
+        result.stdout + result.stderr
+    )
     returns = [float(x) for x in re.findall(r"mean episode return ([\d.]+)", result.stdout)]
     assert len(returns) == 3, result.stdout + result.stderr
     assert result.returncode == 0, result.stdout + result.stderr

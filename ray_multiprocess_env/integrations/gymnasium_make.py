@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-import functools
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from ray_multiprocess_env._engine.options import check_positive_int
+from ray_multiprocess_env.env_factories import env_factories, legacy_arguments
 from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
+from ray_multiprocess_env.runtime import ray_cpus
 from ray_multiprocess_env.vector import RayVectorEnv
 
 __all__ = ["RemoteEnv", "make_vector_env", "vector_entry_point"]
 
+Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
+
 
 def make_vector_env(
-    make_env: Callable[[int], gym.Env[Any, Any]],
-    num_workers: int,
-    envs_per_worker: int,
-    *,
+    env: str | Callable[..., gym.Env[Any, Any]] | None = None,
+    num_envs: int | None = None,
+    *legacy: int,
+    num_workers: int | None = None,
+    envs_per_worker: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
     seed: int | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
@@ -31,14 +35,23 @@ def make_vector_env(
     transport: str | None = None,
     check_actions: bool = False,
     copy: bool = True,
+    make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
 ) -> GymnasiumVectorEnv:
-    """Make ``num_workers * envs_per_worker`` envs in Ray workers, as one gymnasium vector env.
+    """Envs in Ray workers as one gymnasium vector env: ``make_vector_env("CartPole-v1", 8)``.
 
     Args:
-        make_env: Called as ``make_env(index)`` inside a worker, with the env's global index
-            ``0..num_envs-1``; returns a gymnasium env. Must be picklable.
+        env: A gymnasium id, made in each worker with ``gymnasium.make(env, **env_kwargs)``; or
+            a picklable factory, called in the worker with the env's global index
+            ``0..num_envs-1`` if it has a required positional parameter
+            (``lambda index: ...``), else with no argument (``lambda: ...``, an env class).
+        num_envs: How many envs. Alone, the workers default to the CPUs Ray offers (on a local
+            runtime, the machine's cores) and `envs_per_worker` is derived.
         num_workers: How many worker actors (Ray processes).
-        envs_per_worker: How many envs each worker steps per call.
+        envs_per_worker: How many envs each worker steps per call (the last may hold fewer).
+            Give any two of the three counts and the third is derived.
+        env_kwargs: Keyword arguments of ``gymnasium.make`` (with an id only).
+        wrappers: Callables applied in order to each env inside its worker, as
+            ``gymnasium.make_vec`` does (e.g. ``[gymnasium.wrappers.RecordEpisodeStatistics]``).
         seed: If given, env ``i`` is seeded ``seed + i`` at the first `reset` (no two envs
             share a seed).
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
@@ -49,28 +62,30 @@ def make_vector_env(
         transport: ``"auto"``, ``"pipe"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
         check_actions: As for `GymnasiumVectorEnv`.
         copy: As for `GymnasiumVectorEnv` (False: observations are a view of shared memory).
+        *legacy: Only for the old positional form ``make_vector_env(make_env, num_workers,
+            envs_per_worker)``, which works with a `DeprecationWarning`.
+        make_env: The old name of `env` (deprecated).
+
+    Raises:
+        TypeError: A bad `env`, `env_kwargs`, `wrappers` or count type, named with the fix.
+        ValueError: An unknown id, or counts missing, not positive or inconsistent (named).
 
     Example:
-        >>> import gymnasium as gym
-        >>> def make_env(index):
-        ...     return gym.make("CartPole-v1")
-        >>> envs = make_vector_env(make_env, num_workers=2, envs_per_worker=3, seed=0)
+        >>> envs = make_vector_env("CartPole-v1", 6, num_workers=2, seed=0)
         >>> obs, infos = envs.reset()
         >>> obs.shape, envs.num_envs
         ((6, 4), 6)
         >>> envs.close()
     """
-    if not callable(make_env):
-        raise TypeError(
-            f"`make_env` must be a callable taking the env index, got {make_env!r}; e.g. "
-            "`make_vector_env(lambda i: gymnasium.make('CartPole-v1'), 2, 8)`."
-        )
-    num_workers = check_positive_int("num_workers", num_workers)
-    envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
-    env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
+    env, num_envs, num_workers, envs_per_worker = legacy_arguments(
+        "make_vector_env", env, num_envs, legacy, num_workers, envs_per_worker, make_env
+    )
+    env_fns, per_worker = env_factories(
+        env, num_envs, num_workers, envs_per_worker, env_kwargs, wrappers, cpus=ray_cpus
+    )
     return GymnasiumVectorEnv(
         env_fns,
-        envs_per_worker=envs_per_worker,
+        envs_per_worker=per_worker,
         autoreset_mode=autoreset_mode,
         actor_options=actor_options,
         placement=placement,
@@ -83,21 +98,30 @@ def make_vector_env(
     )
 
 
+#: What `vector_entry_point` passes on to ``gymnasium.make`` from the top level (its own
+#: arguments, which ``gymnasium.make_vec`` may add); every other env argument goes in
+#: `env_kwargs`.
+_MAKE_ARGUMENTS = ("max_episode_steps", "render_mode", "disable_env_checker")
+
+
 def vector_entry_point(
     num_envs: int,
     *,
     env_id: str,
-    envs_per_worker: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
     num_workers: int | None = None,
+    envs_per_worker: int | None = None,
+    wrappers: Sequence[Wrapper] | None = None,
+    seed: int | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
     placement: Any = None,
     timeout: float | None = None,
     on_actor_failure: str = "raise",
     transport: str | None = None,
-    seed: int | None = None,
+    check_actions: bool = False,
     copy: bool = True,
-    **env_kwargs: Any,
+    **make_arguments: Any,
 ) -> GymnasiumVectorEnv:
     """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
 
@@ -114,31 +138,51 @@ def vector_entry_point(
     Args:
         num_envs: The number of envs (given by `gymnasium.make_vec`).
         env_id: The id of the single env, made with ``gymnasium.make(env_id, **env_kwargs)``.
-        envs_per_worker: Envs per worker actor; by default ``num_envs / num_workers``.
-        num_workers: Worker actors, used when `envs_per_worker` is not given (default 2).
+        env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
+        num_workers: Worker actors; with neither this nor `envs_per_worker`, the CPUs Ray offers.
+        envs_per_worker: Envs per worker actor.
+        wrappers: As for `make_vector_env`.
+        seed: As for `GymnasiumVectorEnv`.
         autoreset_mode: As for `GymnasiumVectorEnv`.
         actor_options: As for `GymnasiumVectorEnv`.
         placement: As for `GymnasiumVectorEnv`.
         timeout: As for `GymnasiumVectorEnv`.
         on_actor_failure: As for `GymnasiumVectorEnv`.
         transport: As for `GymnasiumVectorEnv`.
-        seed: As for `GymnasiumVectorEnv`.
+        check_actions: As for `GymnasiumVectorEnv`.
         copy: As for `GymnasiumVectorEnv`.
-        **env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
+        **make_arguments: Only ``gymnasium.make``'s own ``max_episode_steps``, ``render_mode``
+            and ``disable_env_checker`` (``gymnasium.make_vec`` passes them at the top level).
+
+    Raises:
+        TypeError: For any other top-level key, on the driver before any worker starts,
+            naming the key and the accepted ones.
     """
-    if envs_per_worker is None:
-        envs_per_worker = max(1, math.ceil(num_envs / (num_workers or 2)))
-    env_fn = functools.partial(gym.make, env_id, **env_kwargs)
-    return GymnasiumVectorEnv(
-        [env_fn] * num_envs,
+    unknown = sorted(set(make_arguments) - set(_MAKE_ARGUMENTS))
+    if unknown:
+        accepted = sorted(
+            [*vector_entry_point.__kwdefaults__, "env_id", *_MAKE_ARGUMENTS]  # type: ignore[misc]
+        )
+        raise TypeError(
+            f"`vector_entry_point` got unknown argument(s) {unknown}; env arguments go in "
+            f"`env_kwargs` (e.g. kwargs={{'env_id': ..., 'env_kwargs': {{...}}}}). Accepted: "
+            f"{', '.join(accepted)}."
+        )
+    return make_vector_env(
+        env_id,
+        num_envs,
+        num_workers=num_workers,
         envs_per_worker=envs_per_worker,
+        env_kwargs={**make_arguments, **(env_kwargs or {})},
+        wrappers=wrappers,
+        seed=seed,
         autoreset_mode=autoreset_mode,
         actor_options=actor_options,
         placement=placement,
         timeout=timeout,
         on_actor_failure=on_actor_failure,
         transport=transport,
-        seed=seed,
+        check_actions=check_actions,
         copy=copy,
     )
 

@@ -9,7 +9,6 @@ limit from a real termination.
 
 from __future__ import annotations
 
-import functools
 import numbers
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,9 +20,10 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
 from ray_multiprocess_env._engine import Engine, Options, Pool
-from ray_multiprocess_env._engine.options import check_positive_int
 from ray_multiprocess_env.batch import join_batches, split_batch
+from ray_multiprocess_env.env_factories import check_wrappers, env_factories, legacy_arguments
 from ray_multiprocess_env.integrations._infos import describe_workers
+from ray_multiprocess_env.runtime import ray_cpus
 
 __all__ = ["SB3VecEnv", "make_sb3_vec_env"]
 
@@ -225,31 +225,44 @@ class SB3VecEnv(VecEnv):
 
 
 def make_sb3_vec_env(
-    make_env: Callable[[int], gym.Env[Any, Any]],
-    num_workers: int,
-    envs_per_worker: int,
-    *,
+    env: str | Callable[..., gym.Env[Any, Any]] | None = None,
+    num_envs: int | None = None,
+    *legacy: int,
+    num_workers: int | None = None,
+    envs_per_worker: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
+    monitor: bool = False,
     seed: int | None = None,
     actor_options: Mapping[str, Any] | None = None,
     placement: Any = None,
     timeout: float | None = None,
     on_actor_failure: str = "raise",
     transport: str | None = None,
+    make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
 ) -> SB3VecEnv:
-    """``num_workers * envs_per_worker`` envs in Ray workers, as one SB3 `VecEnv`.
+    """Envs in Ray workers as one SB3 `VecEnv`: ``make_sb3_vec_env("CartPole-v1", 8)``.
 
-    `make_env` is called as ``make_env(index)`` in a worker; with `seed`, env ``i`` is seeded
-    ``seed + i`` at the first reset. `actor_options`, `placement`, `timeout`,
-    `on_actor_failure` and `transport` are as for `SB3VecEnv`.
+    `env`, the counts, `env_kwargs`, `wrappers` and `make_env` (the old name of `env`) are
+    as for `make_vector_env`; with `monitor`, each env is wrapped in SB3's ``Monitor`` first,
+    as SB3's ``make_vec_env`` does (so ``ep_rew_mean`` is logged and ``evaluate_policy``
+    finds the episode statistics). With `seed`, env ``i`` is seeded ``seed + i`` at the first
+    reset. `actor_options`, `placement`, `timeout`, `on_actor_failure` and `transport` are as
+    for `SB3VecEnv`.
     """
-    if not callable(make_env):
-        raise TypeError(f"`make_env` must be a callable taking the env index, got {make_env!r}.")
-    num_workers = check_positive_int("num_workers", num_workers)
-    envs_per_worker = check_positive_int("envs_per_worker", envs_per_worker)
-    env_fns = [functools.partial(make_env, i) for i in range(num_workers * envs_per_worker)]
+    env, num_envs, num_workers, envs_per_worker = legacy_arguments(
+        "make_sb3_vec_env", env, num_envs, legacy, num_workers, envs_per_worker, make_env
+    )
+    if monitor:
+        from stable_baselines3.common.monitor import Monitor
+
+        wrappers = [Monitor, *check_wrappers(wrappers)]
+    env_fns, per_worker = env_factories(
+        env, num_envs, num_workers, envs_per_worker, env_kwargs, wrappers, cpus=ray_cpus
+    )
     return SB3VecEnv(
         env_fns,
-        envs_per_worker=envs_per_worker,
+        envs_per_worker=per_worker,
         actor_options=actor_options,
         placement=placement,
         timeout=timeout,

@@ -214,7 +214,8 @@ def test_disabled_autoreset_refuses_to_step_a_finished_env():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"make_env": 3}, TypeError, r"`make_env` must be a callable"),
+        ({"env": None, "make_env": 3}, TypeError, r"`make_env` must be a callable"),
+        ({"env": 3}, TypeError, r"`env` must be a gymnasium id or a factory"),
         ({"num_workers": 0}, ValueError, r"`num_workers` must be a positive int, got 0"),
         ({"envs_per_worker": 1.5}, TypeError, r"`envs_per_worker` must be a positive int"),
         ({"autoreset_mode": "sometimes"}, ValueError, r"`autoreset_mode` must be one of"),
@@ -223,7 +224,7 @@ def test_disabled_autoreset_refuses_to_step_a_finished_env():
 )
 def test_make_vector_env_bad_arguments(kwargs, error, match):
     """Bad arguments to make_vector_env name the argument and the fix."""
-    arguments = {"make_env": _make_indexed, "num_workers": 1, "envs_per_worker": 1, **kwargs}
+    arguments = {"env": _make_indexed, "num_workers": 1, "envs_per_worker": 1, **kwargs}
     with pytest.raises(error, match=match):
         make_vector_env(**arguments)
 

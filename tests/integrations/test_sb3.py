@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -136,13 +137,15 @@ def test_get_images_and_render():
 
 def test_make_sb3_vec_env_seeds_each_env():
     """make_sb3_vec_env passes indices and seeds env i with seed + i."""
-    envs = make_sb3_vec_env(lambda i: gym.make("CartPole-v1"), 2, 2, seed=5)
+    envs = make_sb3_vec_env(
+        lambda i: gym.make("CartPole-v1"), num_workers=2, envs_per_worker=2, seed=5
+    )
     expected = DummyVecEnv([ENV_FNS["CartPole"]] * 4)
     expected.seed(5)
     np.testing.assert_array_equal(envs.reset(), expected.reset())
     envs.close()
     with pytest.raises(ValueError, match=r"`envs_per_worker` must be a positive int"):
-        make_sb3_vec_env(lambda i: gym.make("CartPole-v1"), 1, 0)
+        make_sb3_vec_env(lambda i: gym.make("CartPole-v1"), num_workers=1, envs_per_worker=0)
 
 
 def test_importing_the_package_does_not_import_sb3_or_torch():
@@ -157,3 +160,68 @@ def test_importing_the_package_does_not_import_sb3_or_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_make_sb3_vec_env_one_line_with_monitor():
+    """``make_sb3_vec_env(id, n, monitor=True)``: SB3's Monitor in each env, as make_vec_env."""
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    envs = make_sb3_vec_env("CartPole-v1", 2, monitor=True, env_kwargs={"max_episode_steps": 5})
+    envs.reset()
+    for _ in range(5):
+        _, _, dones, infos = envs.step(np.zeros(2, dtype=np.int64))
+    assert dones.all()
+    assert [info["episode"]["l"] for info in infos] == [5, 5]
+
+    class Zero:
+        def predict(self, obs, state=None, episode_start=None, deterministic=True):
+            return np.zeros(len(obs), dtype=np.int64), None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "not wrapped with a Monitor" warning
+        mean, _ = evaluate_policy(Zero(), envs, n_eval_episodes=2)
+    assert mean == 5.0
+    envs.close()
+
+
+def test_sb3_make_vec_env_builds_an_sb3_vec_env():
+    """``make_vec_env(id, n_envs, vec_env_cls=SB3VecEnv, vec_env_kwargs=...)`` works."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    envs = make_vec_env(
+        "CartPole-v1",
+        n_envs=4,
+        seed=2,
+        vec_env_cls=SB3VecEnv,
+        vec_env_kwargs={"envs_per_worker": 2, "transport": "pipe"},
+    )
+    expected = make_vec_env("CartPole-v1", n_envs=4, seed=2)
+    assert isinstance(envs, SB3VecEnv)
+    np.testing.assert_array_equal(envs.reset(), expected.reset())
+    np.testing.assert_array_equal(
+        envs.step(np.array([0, 1, 0, 1]))[0], expected.step(np.array([0, 1, 0, 1]))[0]
+    )
+    envs.close()
+    expected.close()
+
+
+def test_make_sb3_vec_env_takes_every_engine_option():
+    """timeout, on_actor_failure, transport, actor_options and placement reach the engine."""
+    envs = make_sb3_vec_env(
+        FlakyEnv,
+        num_workers=2,
+        envs_per_worker=1,
+        timeout=30.0,
+        on_actor_failure="restart",
+        transport="pipe",
+        actor_options={"num_cpus": 0.5},
+        placement=None,
+    )
+    options = envs._engine.options
+    assert (options.timeout, options.on_actor_failure, options.transport) == (
+        30.0,
+        "restart",
+        "pipe",
+    )
+    assert dict(options.actor_options) == {"num_cpus": 0.5}
+    envs.close()
