@@ -225,8 +225,13 @@ def _rate(rows: list[Row], env: str, implementation: str, n: int | None = None) 
 def _targets(rows: list[Row], workers: int) -> list[str]:
     """Issue #14's targets (2 cores, or many cores), and the older ones of #3 and #9."""
     w = workers
-    ours = functools.partial(lambda env, k: (env, f"ours, {w} workers x {k}", w * k))
-    limit = functools.partial(lambda env: (env, LIMIT, None))
+
+    def ours(env: str, k: int) -> tuple[str, str, int]:
+        return env, f"ours, {w} workers x {k}", w * k
+
+    def limit(env: str) -> tuple[str, str, None]:
+        return env, LIMIT, None
+
     if (os.cpu_count() or 1) <= 2:
         checks = [
             (
@@ -304,7 +309,7 @@ def _targets(rows: list[Row], workers: int) -> list[str]:
             continue
         ratio = a / b
         verdict = "measured" if goal == 0 else "**met**" if ratio >= goal else "**not met**"
-        lines.append(f"- {text}: {verdict}, {ratio:.2f}x ({a:,.0f} vs {b:,.0f} env steps/s)")
+        lines.append(f"- {text}: {verdict}, {ratio:.3f}x ({a:,.0f} vs {b:,.0f} env steps/s)")
     return lines
 
 
