@@ -20,8 +20,8 @@ from typing import Any
 
 import ray
 
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.options import Options
-from ray_multiprocess_env._engine.pipes import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.state import Call, CallState
 from ray_multiprocess_env._engine.transport import Ticket

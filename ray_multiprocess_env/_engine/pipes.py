@@ -12,6 +12,10 @@ whole messages, and writes each message from a buffer that survives an interrupt
 between the kernel and those buffers run with SIGINT held back (`deferred_interrupts`). Replies
 to tickets given up on (an interrupted or timed-out call) are dropped by sequence number.
 
+With shared memory (`share`, ``transport="auto"``), a full step's actions and the worker's
+batched results travel through `_shared_memory` instead, and the pipe carries a doorbell and
+the infos; replies answered with None are filled with this link's views (`_shared_in`).
+
 The pipes are made in a private directory (mode 0700, in ``/dev/shm`` where it exists) and
 unlinked as soon as both ends are open; the directory's name carries the driver's pid, so one
 left behind by a driver killed in that moment is removed by the next driver on the machine.
@@ -19,33 +23,29 @@ left behind by a driver killed in that moment is removed by the next driver on t
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found]  # the C functions: no enum conversions
 import contextlib
 import errno
 import fcntl
 import os
 import select
 import shutil
-import signal
 import tempfile
-import threading
 import time
 from typing import Any
 
 import ray
 from ray.exceptions import RayError
 
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.transport import Outcome, Ticket, remaining
 from ray_multiprocess_env._shared_memory import BatchViews, SharedBatch, write_actions
 from ray_multiprocess_env._wire import HEADER, dumps, loads
 from ray_multiprocess_env.batch import copy_batch
 from ray_multiprocess_env.errors import RemoteFailure
 
-__all__ = ["PipeLink", "deferred_interrupts", "pipes_supported", "wait_pipes"]
+__all__ = ["PipeLink", "pipes_supported", "wait_pipes"]
 
 _PREFIX = "ray-multiprocess-env-"
-_SIGINT = int(signal.SIGINT)
-_MAIN_THREAD = threading.main_thread()
 _PIPE_SIZE = 1 << 20  # ask the kernel for 1 MiB pipes (Linux), so frames pass in one go
 _F_SETPIPE_SZ = 1031
 
@@ -53,47 +53,6 @@ _F_SETPIPE_SZ = 1031
 def pipes_supported() -> bool:
     """Whether this platform has named pipes and ``poll`` (POSIX)."""
     return hasattr(os, "mkfifo") and hasattr(select, "poll")
-
-
-class _DeferredInterrupts:
-    """See `deferred_interrupts`; a plain class, as it is entered a few times per step."""
-
-    __slots__ = ("_previous", "_received")
-    _active = False  # whether the main thread is inside one already (nested ones do nothing)
-
-    def __enter__(self) -> None:
-        self._previous = None
-        if _DeferredInterrupts._active or threading.current_thread() is not _MAIN_THREAD:
-            return
-        if _signal.getsignal(_SIGINT) is None:  # a handler set from C: leave it alone
-            return
-        self._received: list[tuple[int, Any]] = []
-        self._previous = _signal.signal(_SIGINT, self._record)
-        _DeferredInterrupts._active = True
-
-    def _record(self, signum: int, frame: Any) -> None:
-        self._received.append((signum, frame))
-
-    def __exit__(self, *exc_info: object) -> None:
-        previous = self._previous
-        if previous is None:
-            return
-        _DeferredInterrupts._active = False
-        _signal.signal(_SIGINT, previous)
-        if self._received:
-            if callable(previous):
-                previous(*self._received[0])
-            elif previous == _signal.SIG_DFL:
-                raise KeyboardInterrupt
-
-
-def deferred_interrupts() -> _DeferredInterrupts:
-    """Hold SIGINT back for a ``with`` block and deliver it after (main thread only).
-
-    Nested blocks do nothing; the C-level ``_signal`` functions keep the outer one cheap (a
-    few microseconds), since it runs a few times per step.
-    """
-    return _DeferredInterrupts()
 
 
 class PipeLink:
