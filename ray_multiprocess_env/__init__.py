@@ -7,6 +7,7 @@ is created, and pfrl, stable-baselines3 and torch are never imported here (`SB3V
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any
 
 from ray_multiprocess_env.errors import (
@@ -54,7 +55,7 @@ __all__ = [
     "vector_entry_point",
 ]
 
-__version__ = "0.1.0"
+__version__ = version("ray-multiprocess-env")  # the one source: pyproject.toml
 
 
 def __getattr__(name: str) -> Any:

@@ -15,20 +15,30 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ray_multiprocess_env",
         description="Ray vector envs for reinforcement learning.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
         help="step gymnasium envs with a random policy on local Ray and report throughput",
         description=(
-            "Run NUM_ENVS gymnasium envs as Ray actors in one RayVectorEnv, step them with a "
-            "random policy for STEPS vector steps, and print env steps/s, episodes finished and "
-            "their mean return. Starts a local Ray runtime (dashboard off) unless Ray is already "
-            "running or RAY_ADDRESS names a cluster."
+            "Run NUM_ENVS gymnasium envs (64 per CPU) in Ray workers through make_vector_env, "
+            "step them with a random policy for STEPS vector steps, and print env steps/s beside "
+            "gymnasium's SyncVectorEnv and AsyncVectorEnv on the same envs, then episodes "
+            "finished and their mean return. Starts a local Ray runtime (dashboard off) unless "
+            "Ray is already running or RAY_ADDRESS names a cluster."
         ),
     )
     demo.add_argument("--env-id", default="CartPole-v1", help="gymnasium env id (CartPole-v1)")
-    demo.add_argument("--num-envs", type=int, default=8, help="number of envs/actors (8)")
-    demo.add_argument("--steps", type=int, default=500, help="vector steps to run (500)")
+    demo.add_argument(
+        "--num-envs", type=int, default=None, help="number of envs (64 per CPU Ray offers)"
+    )
+    demo.add_argument("--steps", type=int, default=3000, help="vector steps to run (3000)")
+    demo.add_argument(
+        "--peer-seconds",
+        type=float,
+        default=2.0,
+        help="seconds to measure gymnasium's SyncVectorEnv and AsyncVectorEnv each (2; 0: skip)",
+    )
     demo.add_argument("--seed", type=int, default=0, help="env i gets seed SEED+i (0)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
@@ -47,11 +57,18 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=_int_list, default=None, help="worker counts, e.g. 1,2 (1 and #CPUs)"
     )
     bench.add_argument(
-        "--envs-per-worker", type=_int_list, default=[1, 8, 32], help="e.g. 1,8,32 (1,8,32)"
+        "--envs-per-worker", type=_int_list, default=None, help="e.g. 1,64 (1,16,64,256)"
     )
+    bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per setting (2.0)")
     bench.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _version() -> str:
+    from ray_multiprocess_env import __version__
+
+    return __version__
 
 
 def _int_list(text: str) -> list[int]:
@@ -77,6 +94,8 @@ def _bench(args: argparse.Namespace) -> int:
     import ray
 
     from ray_multiprocess_env.bench import (
+        DEFAULT_ENVS_PER_WORKER,
+        as_json,
         default_settings,
         env_factory,
         format_table,
@@ -95,12 +114,16 @@ def _bench(args: argparse.Namespace) -> int:
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
         cpus = int(resources.get("CPU", 1))
         workers = args.workers or sorted({1, cpus})
-        settings = [(w, k) for w in workers for k in args.envs_per_worker]
-        if args.workers is None and args.envs_per_worker == [1, 8, 32]:
+        per_worker = args.envs_per_worker or DEFAULT_ENVS_PER_WORKER
+        settings = [(w, k) for w in workers for k in per_worker]
+        if args.workers is None and args.envs_per_worker is None:
             settings = default_settings(cpus)
         results = sweep(env_fn, settings, seconds=args.seconds, progress=not args.no_progress)
     finally:
         shutdown_runtime()
+    if args.json:
+        print(as_json(args.env, cpus, args.seconds, results))
+        return 0
     print(f"env: {args.env}, {cpus} CPUs in the Ray cluster, {args.seconds} s per setting")
     print(format_table(results))
     best = max(results, key=lambda r: r.steps_per_second)
@@ -119,14 +142,29 @@ def _demo(args: argparse.Namespace) -> int:
             steps=args.steps,
             seed=args.seed,
             progress=not args.no_progress,
+            peer_seconds=args.peer_seconds,
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"env: {args.env_id} x {args.num_envs} Ray actors, {args.steps} vector steps")
+    per_worker = -(-result.num_envs // result.num_workers)
+    print(
+        f"env: {args.env_id} x {result.num_envs} in {result.num_workers} Ray workers "
+        f"(make_vector_env, up to {per_worker} envs each), {args.steps} vector steps"
+    )
     print(f"env steps/s: {result.steps_per_second:.0f}")
+    for name, rate in result.peers.items():
+        if rate is None:
+            print(f"gymnasium {name}, same envs: not measured (one process per env is too many)")
+        else:
+            ratio = result.steps_per_second / rate
+            print(f"gymnasium {name}, same envs: {rate:.0f} env steps/s (ours: {ratio:.2f}x)")
     print(f"episodes finished: {result.episodes}")
     print(f"mean return: {result.mean_return:.1f}")
+    print(
+        f"next: `python -m ray_multiprocess_env bench {args.env_id}` finds the fastest setting "
+        "for your env; RayVectorEnv is the pfrl-style API (README, 'pfrl')."
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ gymnasium, stable-baselines3 and pfrl).
 from __future__ import annotations
 
 import importlib
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,15 @@ from typing import Any
 import gymnasium as gym
 from tqdm import tqdm
 
-__all__ = ["BenchResult", "env_factory", "measure_steps_per_second", "recommended_code", "sweep"]
+__all__ = [
+    "DEFAULT_ENVS_PER_WORKER",
+    "BenchResult",
+    "as_json",
+    "env_factory",
+    "measure_steps_per_second",
+    "recommended_code",
+    "sweep",
+]
 
 
 def measure_steps_per_second(
@@ -147,7 +156,28 @@ def format_table(results: Sequence[BenchResult]) -> str:
     return "\n".join(lines)
 
 
+#: The envs per worker `bench` tries by default: cheap envs want 64 or more (README).
+DEFAULT_ENVS_PER_WORKER = (1, 16, 64, 256)
+
+
 def default_settings(cpus: int) -> list[tuple[int, int]]:
-    """Workers in {1, cpus} times envs per worker in {1, 8, 32}."""
+    """Workers in {1, cpus} times envs per worker in `DEFAULT_ENVS_PER_WORKER`."""
     workers = sorted({1, max(1, cpus)})
-    return [(w, k) for w in workers for k in (1, 8, 32)]
+    return [(w, k) for w in workers for k in DEFAULT_ENVS_PER_WORKER]
+
+
+def as_json(spec: str, cpus: int, seconds: float, results: Sequence[BenchResult]) -> str:
+    """`results` as JSON: the env, the CPUs, each setting's env steps/s, the recommended one."""
+    best = max(results, key=lambda r: r.steps_per_second)
+    settings = [
+        {
+            "num_workers": r.num_workers,
+            "envs_per_worker": r.envs_per_worker,
+            "num_envs": r.num_envs,
+            "steps_per_second": r.steps_per_second,
+            "recommended": r is best,
+        }
+        for r in results
+    ]
+    document = {"env": spec, "cpus": cpus, "seconds_per_setting": seconds, "settings": settings}
+    return json.dumps(document, indent=2)

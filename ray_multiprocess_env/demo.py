@@ -1,36 +1,49 @@
-"""The demo job: random-policy rollouts of gymnasium envs in a `RayVectorEnv` on local Ray."""
+"""The demo: gymnasium envs through `make_vector_env`, sized for the machine, beside gymnasium's.
+
+``python -m ray_multiprocess_env demo`` steps CartPole (64 envs per CPU) with a random policy
+for a few seconds, then measures gymnasium's `SyncVectorEnv` and `AsyncVectorEnv` on the same
+envs in the same run, so the first number a user sees comes with its yardstick.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import multiprocessing
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
-from ray_multiprocess_env.remote import make_remote_class
-from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime
-from ray_multiprocess_env.vector import RayVectorEnv
+from ray_multiprocess_env.bench import measure_steps_per_second
+from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env
+from ray_multiprocess_env.runtime import ensure_runtime, ray_cpus, shutdown_runtime
 
-__all__ = ["DemoResult", "GymnasiumEnvHolder", "run_demo"]
+__all__ = ["ENVS_PER_CPU", "MAX_ASYNC_PROCESSES", "DemoResult", "run_demo"]
 
-
-class GymnasiumEnvHolder:
-    """Builds one gymnasium env by id into ``self.env`` (the class the demo makes remote)."""
-
-    def __init__(self, env_id: str) -> None:
-        self.env = gym.make(env_id)
+#: Envs per worker (one worker per CPU) when `num_envs` is not given: cheap envs want 64 or more.
+ENVS_PER_CPU = 64
+#: `AsyncVectorEnv` runs one process per env; beyond this many it is not measured.
+MAX_ASYNC_PROCESSES = 256
+#: Random action batches drawn before the timing (as for gymnasium's), reused in turn.
+_ACTION_BATCHES = 16
 
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What one demo run measured."""
+    """What one demo run measured; `peers` maps a peer's name to its env steps/s (or None)."""
 
+    num_envs: int
+    num_workers: int
     env_steps: int
     seconds: float
     episodes: int
     mean_return: float
+    peers: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def steps_per_second(self) -> float:
@@ -40,51 +53,82 @@ class DemoResult:
 
 def run_demo(
     env_id: str = "CartPole-v1",
-    num_envs: int = 8,
-    steps: int = 500,
+    num_envs: int | None = None,
+    steps: int = 3000,
     seed: int = 0,
     progress: bool = True,
+    peer_seconds: float = 2.0,
 ) -> DemoResult:
-    """Step `num_envs` remote envs with random actions for `steps` vector steps.
+    """Step `num_envs` envs in Ray workers with random actions, then gymnasium's on the same envs.
 
     Starts a local Ray runtime if none is running (and shuts down only that one).
 
     Args:
         env_id: A registered gymnasium env id.
-        num_envs: How many envs (one actor each).
+        num_envs: How many envs; None: `ENVS_PER_CPU` for each CPU Ray offers (one worker each).
         steps: How many vector steps (each steps every env once).
-        seed: Env ``i`` is seeded ``seed + i``; the actions are drawn from a space seeded ``seed``.
-        progress: Show a progress bar on stderr.
+        seed: Env ``i`` is seeded ``seed + i``; the random actions (16 batches, drawn before the
+            timing and reused in turn, as for gymnasium's) come from a space seeded ``seed``.
+        progress: Show a progress bar.
+        peer_seconds: How long each of gymnasium's vector envs is measured (0: not at all).
 
     Returns:
-        The number of env steps, the wall time, the episodes finished and their mean return.
+        The envs and workers, the env steps and wall time, the episodes finished and their mean
+        return, and the peers' env steps/s.
     """
-    if num_envs < 1:
+    if num_envs is not None and num_envs < 1:
         raise ValueError(f"`num_envs` must be at least 1, got {num_envs}.")
     if steps < 1:
         raise ValueError(f"`steps` must be at least 1, got {steps}.")
     ensure_runtime()
     try:
-        remote_env = make_remote_class(GymnasiumEnvHolder, "env", gym.Env)
-        with RayVectorEnv([remote_env.remote(env_id) for _ in range(num_envs)]) as vec:
-            action_space = vec.action_space
-            action_space.seed(seed)
-            vec.seed(seed)
-            vec.reset()
-            returns = np.zeros(num_envs)
-            finished: list[float] = []
+        count = num_envs if num_envs is not None else ENVS_PER_CPU * ray_cpus()
+        with contextlib.closing(make_vector_env(env_id, count, seed=seed)) as envs:
+            workers = len(envs.remote_envs)
+            envs.action_space.seed(seed)
+            actions = [envs.action_space.sample() for _ in range(_ACTION_BATCHES)]
+            envs.reset()
+            returns, finished = np.zeros(count), []
             start = time.perf_counter()
-            for _ in tqdm(range(steps), desc="vector steps", disable=not progress):
-                actions = [action_space.sample() for _ in range(num_envs)]
-                _, rewards, terminated, truncated, _ = vec.step(actions)
+            for t in tqdm(range(steps), desc="vector steps", disable=not progress):
+                _, rewards, terminated, truncated, _ = envs.step(actions[t % _ACTION_BATCHES])
                 returns += rewards
                 done = np.logical_or(terminated, truncated)
                 finished.extend(returns[done].tolist())
-                returns[done] = 0.0
-                if done.any():
-                    vec.reset(np.logical_not(done))
+                returns[done] = 0.0  # (the next step resets those envs, with reward 0)
             seconds = time.perf_counter() - start
     finally:
         shutdown_runtime()
+    peers: dict[str, float | None] = {}
+    if peer_seconds > 0:
+        make = functools.partial(gym.make, env_id)
+        peers["SyncVectorEnv"] = _rate(gym.vector.SyncVectorEnv, make, count, peer_seconds)
+        peers["AsyncVectorEnv"] = (
+            _rate(_async_vector_env, make, count, peer_seconds)
+            if count <= MAX_ASYNC_PROCESSES
+            else None
+        )
     mean_return = float(np.mean(finished)) if finished else float("nan")
-    return DemoResult(num_envs * steps, seconds, len(finished), mean_return)
+    return DemoResult(count, workers, count * steps, seconds, len(finished), mean_return, peers)
+
+
+def _async_vector_env(env_fns: list[Callable[[], gym.Env[Any, Any]]]) -> Any:
+    """Gymnasium's `AsyncVectorEnv`, its processes forked where the platform can (fast start)."""
+    context = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+    return gym.vector.AsyncVectorEnv(env_fns, context=context)
+
+
+def _rate(
+    vector_env: Callable[[list[Callable[[], gym.Env[Any, Any]]]], Any],
+    make: Callable[[], gym.Env[Any, Any]],
+    count: int,
+    seconds: float,
+) -> float:
+    """Env steps/s of `vector_env` over `count` envs of `make`, random actions."""
+    with contextlib.closing(vector_env([make] * count)) as envs:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        actions = [envs.action_space.sample() for _ in range(_ACTION_BATCHES)]
+        return measure_steps_per_second(
+            lambda t: envs.step(actions[t % len(actions)]), count, seconds=seconds
+        )

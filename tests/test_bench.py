@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,9 @@ import sys
 import pytest
 
 from ray_multiprocess_env.bench import (
+    DEFAULT_ENVS_PER_WORKER,
     BenchResult,
+    default_settings,
     env_factory,
     format_table,
     measure_steps_per_second,
@@ -93,3 +96,37 @@ def test_bench_command_rejects_an_unknown_env():
     )
     assert result.returncode == 2
     assert "neither a registered gymnasium id" in result.stderr
+
+
+def test_bench_json_output_and_default_settings(ray_address):
+    """``--json`` prints every setting and the recommended one; the defaults try 64 and 256."""
+    assert default_settings(2) == [(w, k) for w in (1, 2) for k in DEFAULT_ENVS_PER_WORKER]
+    assert {64, 256} <= set(DEFAULT_ENVS_PER_WORKER)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ray_multiprocess_env",
+            "bench",
+            "CartPole-v1",
+            "--workers",
+            "1",
+            "--envs-per-worker",
+            "1,4",
+            "--seconds",
+            "0.2",
+            "--no-progress",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RAY_ADDRESS": ray_address},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["env"] == "CartPole-v1"
+    settings = [(s["num_workers"], s["envs_per_worker"]) for s in document["settings"]]
+    assert settings == [(1, 1), (1, 4)]
+    assert sum(s["recommended"] for s in document["settings"]) == 1
+    assert all(s["steps_per_second"] > 0 for s in document["settings"])

@@ -1,18 +1,25 @@
-"""The command line: ``python -m ray_multiprocess_env demo``."""
+"""The command line: ``python -m ray_multiprocess_env demo`` and ``--version``."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 
 import pytest
 
+from ray_multiprocess_env import __version__
 from ray_multiprocess_env.__main__ import main
 
 
-def test_demo_runs_and_reports(ray_address):
-    """The demo steps envs with a random policy and prints steps/s, episodes and mean return."""
+def _value(lines, prefix):
+    """The text after `prefix` on the line that starts with it."""
+    return next(line[len(prefix) :] for line in lines if line.startswith(prefix))
+
+
+def test_demo_runs_and_reports_beside_gymnasium(ray_address):
+    """The demo prints its env steps/s, gymnasium's on the same envs, episodes and mean return."""
     env = {**os.environ, "RAY_ADDRESS": ray_address}
     result = subprocess.run(
         [
@@ -21,9 +28,11 @@ def test_demo_runs_and_reports(ray_address):
             "ray_multiprocess_env",
             "demo",
             "--num-envs",
-            "2",
+            "4",
             "--steps",
             "60",
+            "--peer-seconds",
+            "0.2",
             "--no-progress",
         ],
         capture_output=True,
@@ -32,10 +41,16 @@ def test_demo_runs_and_reports(ray_address):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
-    assert float(lines["env steps/s"]) > 0
-    assert int(lines["episodes finished"]) >= 2
-    assert 8 <= float(lines["mean return"]) <= 60
+    lines = result.stdout.splitlines()
+    assert _value(lines, "env: ").startswith("CartPole-v1 x 4 in 2 Ray workers (make_vector_env")
+    assert float(_value(lines, "env steps/s: ")) > 0
+    for peer in ("SyncVectorEnv", "AsyncVectorEnv"):
+        rate, ratio = _value(lines, f"gymnasium {peer}, same envs: ").split(" env steps/s (ours: ")
+        assert float(rate) > 0
+        assert float(ratio.rstrip("x)")) > 0
+    assert int(_value(lines, "episodes finished: ")) >= 4
+    assert 8 <= float(_value(lines, "mean return: ")) <= 60
+    assert "python -m ray_multiprocess_env bench CartPole-v1" in _value(lines, "next: ")
 
 
 def test_help_documents_the_options(capsys):
@@ -44,8 +59,24 @@ def test_help_documents_the_options(capsys):
         main(["demo", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for option in ("--env-id", "--num-envs", "--steps", "--seed", "--no-progress"):
+    for option in (
+        "--env-id",
+        "--num-envs",
+        "--steps",
+        "--seed",
+        "--peer-seconds",
+        "--no-progress",
+    ):
         assert option in out
+
+
+def test_version_comes_from_the_installed_metadata(capsys):
+    """``--version`` prints the one version, the package's metadata (pyproject.toml)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"python -m ray_multiprocess_env {__version__}"
+    assert __version__ == version("ray-multiprocess-env")
 
 
 def test_bad_option_value_exits_with_status_2(capsys):
