@@ -7,7 +7,7 @@ is created, and pfrl, stable-baselines3 and torch are never imported here (`SB3V
 
 from __future__ import annotations
 
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ray_multiprocess_env.errors import (
@@ -55,7 +55,10 @@ __all__ = [
     "vector_entry_point",
 ]
 
-__version__ = version("ray-multiprocess-env")  # the one source: pyproject.toml
+try:
+    __version__ = version("ray-multiprocess-env")  # the one source: pyproject.toml
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:
