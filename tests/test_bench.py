@@ -47,11 +47,9 @@ def test_sweep_and_table_mark_the_best_setting():
     assert table.splitlines()[-1].endswith("<- recommended")
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "tests.envs:FlakyEnv"])
-def test_bench_command_prints_code_that_runs_when_pasted(ray_address, env):
-    """``bench`` prints a table and the recommended setting as code; pasted, the code runs."""
-    run_env = {**os.environ, "RAY_ADDRESS": ray_address}
-    result = subprocess.run(
+def _bench_two_settings(env, ray_address, *more):
+    """``bench ENV`` with 1 worker x 1 and x 4 envs, briefly, on the session's Ray."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -65,12 +63,20 @@ def test_bench_command_prints_code_that_runs_when_pasted(ray_address, env):
             "--seconds",
             "0.2",
             "--no-progress",
+            *more,
         ],
         capture_output=True,
         text=True,
-        env=run_env,
+        env={**os.environ, "RAY_ADDRESS": ray_address},
         timeout=300,
     )
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "tests.envs:FlakyEnv"])
+def test_bench_command_prints_code_that_runs_when_pasted(ray_address, env):
+    """``bench`` prints a table and the recommended setting as code; pasted, the code runs."""
+    run_env = {**os.environ, "RAY_ADDRESS": ray_address}
+    result = _bench_two_settings(env, ray_address)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("\n") >= 4
     code = result.stdout.split("recommended (paste it):\n", 1)[1]
@@ -102,27 +108,7 @@ def test_bench_json_output_and_default_settings(ray_address):
     """``--json`` prints every setting and the recommended one; the defaults try 64 and 256."""
     assert default_settings(2) == [(w, k) for w in (1, 2) for k in DEFAULT_ENVS_PER_WORKER]
     assert {64, 256} <= set(DEFAULT_ENVS_PER_WORKER)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ray_multiprocess_env",
-            "bench",
-            "CartPole-v1",
-            "--workers",
-            "1",
-            "--envs-per-worker",
-            "1,4",
-            "--seconds",
-            "0.2",
-            "--no-progress",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "RAY_ADDRESS": ray_address},
-        timeout=300,
-    )
+    result = _bench_two_settings("CartPole-v1", ray_address, "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["env"] == "CartPole-v1"
