@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
+
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 
@@ -30,19 +32,27 @@ def _excerpts() -> list[tuple[str, str]]:
     return out
 
 
-def test_python_snippets_run():
-    """Every Python block of README.md that is not an excerpt runs, in order, in one namespace."""
+def test_python_snippets_run_each_on_its_own():
+    """Every Python block of README.md that is not an excerpt runs alone, in a fresh namespace.
+
+    A reader pastes one block at a time: each brings its own imports, and closes what it opens.
+    """
     pytest.importorskip("pfrl")
-    namespace: dict[str, object] = {"__name__": "readme"}
     quoted = {code for _, code in _excerpts()}
+    ran = 0
     for code in _blocks("README.md", "python"):
         if code.partition("\n")[2] in quoted:
             continue
+        namespace: dict[str, object] = {"__name__": "readme"}
         exec(compile(code, "README.md", "exec"), namespace)
-    vec = namespace["vec"]
-    assert vec.num_envs == 4
-    namespace["env"].close()
-    vec.close()
+        left_open = [
+            name
+            for name, value in namespace.items()
+            if isinstance(value, (RayVectorEnv, GymnasiumVectorEnv)) and not value._engine.closed
+        ]
+        assert not left_open, f"a README block leaves {left_open} open:\n{code}"
+        ran += 1
+    assert ran >= 8
 
 
 @pytest.mark.parametrize("language", ["python", "bash"])
