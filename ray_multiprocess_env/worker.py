@@ -340,9 +340,9 @@ class EnvWorker:
         reset_result, self._lost[k] = self._lost[k], None
         reset_info = reset_result[1] if isinstance(reset_result, tuple) else {}
         self._rewards[k], self._terminations[k], self._truncations[k] = 0.0, False, True
-        self._autoreset[k] = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        self._autoreset[k] = self._next_step
         info = {**reset_info, "env_crashed": True}
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+        if self._same_step:
             final = {"final_obs": self._obs[k], "final_info": {"env_crashed": True}}
             return [final, info]
         return [info]
