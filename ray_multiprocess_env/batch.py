@@ -7,7 +7,7 @@ joins the workers' batches with `join_batches` and splits batched actions per wo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 __all__ = [
     "batch_length",
+    "check_rows",
     "copy_batch",
     "join_batches",
     "split_batch",
@@ -90,15 +91,45 @@ def take(space: spaces.Space[Any], batch: Any, rows: Sequence[int]) -> Any:
     return tuple(items[row] for row in rows)
 
 
-def batch_length(space: spaces.Space[Any], batch: Any) -> int | None:
-    """How many rows a batch of the single-env `space` holds (None if its parts disagree)."""
+def batch_length(space: spaces.Space[Any] | None, batch: Any) -> int | None:
+    """How many rows a batch of the single-env `space` holds (None if its parts disagree).
+
+    With `space` None, `batch` is a sequence of single values.
+    """
     if isinstance(space, spaces.Dict):
         lengths = {batch_length(sub, batch[key]) for key, sub in space.items()}
     elif isinstance(space, spaces.Tuple):
         lengths = {batch_length(sub, batch[i]) for i, sub in enumerate(space.spaces)}
     else:
-        return len(batch) if np.ndim(batch) > 0 or isinstance(batch, (list, tuple)) else None
+        if isinstance(batch, (list, tuple)):  # also a batch of Graph, Text, Sequence, ...
+            return len(batch)
+        return len(batch) if np.ndim(batch) > 0 else None
     return lengths.pop() if len(lengths) == 1 else None
+
+
+def check_rows(
+    space: spaces.Space[Any] | None, argument: str, batch: Any, rows: int, each: str
+) -> None:
+    """Check that `batch` (of the single-env `space`) has `rows` rows, one per `each`.
+
+    With `space` None, `batch` is a sequence of single values (SB3's form of actions).
+
+    Raises:
+        TypeError: `batch` is a single value, not a batch (as ``step(0)`` passes).
+        ValueError: It holds another number of rows (or its parts disagree).
+    """
+    length = batch_length(space, batch)
+    if length == rows:
+        return
+    if length is None and not isinstance(batch, (Mapping, list, tuple)) and np.ndim(batch) == 0:
+        raise TypeError(
+            f"`{argument}` must be a batch of {rows} (one per {each}, as `action_space.sample()` "
+            f"gives), got the single value {batch!r}; nothing was sent."
+        )
+    held = f"holds {length} actions" if length is not None else "has parts of different lengths"
+    raise ValueError(
+        f"`{argument}` {held} but {rows} are needed (one per {each}); nothing was sent."
+    )
 
 
 def unzip(results: Sequence[Any]) -> tuple[Any, ...]:

@@ -20,6 +20,7 @@ __all__ = [
     "crashed_step",
     "env_call",
     "env_get_attr",
+    "env_has_attr",
     "env_is_wrapped",
     "env_set_attr",
     "is_obs_and_info",
@@ -56,9 +57,22 @@ def env_get_attr(env: Any, name: str) -> Any:
     return getattr(env, name)
 
 
-def env_set_attr(env: Any, name: str, value: Any) -> None:
-    """Set attribute `name` of `env` (on the wrapper or env that has it, for gymnasium)."""
-    if hasattr(env, "set_wrapper_attr"):
+def env_has_attr(env: Any, name: str) -> bool:
+    """Whether `env_get_attr` finds attribute `name` of `env` (SB3's ``has_attr``)."""
+    try:
+        env_get_attr(env, name)
+    except AttributeError:
+        return False
+    return True
+
+
+def env_set_attr(env: Any, name: str, value: Any, *, outermost: bool = False) -> None:
+    """Set attribute `name` of `env` (on the wrapper or env that has it, for gymnasium).
+
+    With `outermost`, on `env` itself whatever the wrappers inside it have, as SB3's vector
+    envs do (a wrapper's attribute of that name then hides the env's from ``get_attr``).
+    """
+    if hasattr(env, "set_wrapper_attr") and not outermost:
         env.set_wrapper_attr(name, value)
     else:
         setattr(env, name, value)

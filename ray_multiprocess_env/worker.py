@@ -33,6 +33,7 @@ from ray_multiprocess_env.compat import (
     crashed_step,
     env_call,
     env_get_attr,
+    env_has_attr,
     env_is_wrapped,
     env_set_attr,
     reset_obs,
@@ -46,10 +47,12 @@ __all__ = ["WORKER_ENV_METHODS", "EnvWorker"]
 _ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
     "call": env_call,
     "get_attr": env_get_attr,
+    "has_attr": env_has_attr,
     "set_attr": env_set_attr,
     "is_wrapped": env_is_wrapped,
 }
-WORKER_ENV_METHODS = tuple(_ATTRIBUTE_METHODS)
+#: Those `RayVectorEnv.call_each` runs as such; SB3's ``has_attr`` is only for `SB3VecEnv`.
+WORKER_ENV_METHODS = tuple(name for name in _ATTRIBUTE_METHODS if name != "has_attr")
 
 #: Observations, rewards, terminations, truncations (None where shared memory holds them), infos.
 StepResult = tuple[Any, Any, Any, Any, dict[int, list[dict[str, Any]]]]
@@ -149,8 +152,8 @@ class EnvWorker:
     ) -> list[Any]:
         """Call `method` on each env whose args are not None; None marks a skipped env.
 
-        ``call``, ``get_attr``, ``set_attr`` and ``is_wrapped`` look through gymnasium's
-        wrappers (`compat`); any other name is the env's own method.
+        ``call``, ``get_attr``, ``has_attr``, ``set_attr`` and ``is_wrapped`` look through
+        gymnasium's wrappers (`compat`); any other name is the env's own method.
         """
         results: list[Any] = [None] * len(self.envs)
         failures = []

@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from ray_multiprocess_env._engine import Engine, Options, Pool
 from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
-from ray_multiprocess_env.batch import batch_length, copy_batch, join_batches, split_batch, take
+from ray_multiprocess_env.batch import check_rows, copy_batch, join_batches, split_batch, take
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
 
@@ -182,7 +182,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     def step_async(self, actions: Any) -> None:
         """Send the batched `actions` and return at once; `step_wait` collects the results."""
         self._engine.check_idle("step_async")
-        self._check_rows("actions", actions, self.num_envs)
+        check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
         self._check_not_finished(range(self.num_envs))
         self._check_in_space(actions, list(range(self.num_envs)))
         chunks = split_batch(self.single_action_space, actions, self._bounds)
@@ -246,7 +246,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         engine = self._engine
         engine.check_idle("send", in_flight_ok=True)
         env_ids = check_env_ids(env_ids, self.num_envs)
-        self._check_rows("actions", actions, len(env_ids))
+        check_rows(self.single_action_space, "actions", actions, len(env_ids), "env id")
         engine.check_not_busy(env_ids, "sending it another action")
         self._check_not_finished(env_ids)
         self._check_in_space(actions, env_ids)
@@ -367,14 +367,6 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         seed is for the first reset only, whether or not that reset brought its own.
         """
         return check_seed_list(self._initial_seed if seed is None else seed, self.num_envs)
-
-    def _check_rows(self, argument: str, batch: Any, rows: int) -> None:
-        length = batch_length(self.single_action_space, batch)
-        if length != rows:
-            raise ValueError(
-                f"`{argument}` holds {length} actions but {rows} are needed (one per env"
-                f"{'' if rows == self.num_envs else ' id'}); nothing was sent."
-            )
 
     def _check_in_space(self, actions: Any, env_ids: Sequence[int]) -> None:
         if not self._engine.options.check_actions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
 from ray_multiprocess_env._engine import Engine, Options, Pool
-from ray_multiprocess_env.batch import join_batches, split_batch
+from ray_multiprocess_env.batch import check_rows, join_batches, split_batch, stack
 from ray_multiprocess_env.env_factories import check_wrappers, env_factories, legacy_arguments
 from ray_multiprocess_env.integrations._infos import describe_workers
 from ray_multiprocess_env.runtime import ray_cpus
@@ -119,11 +120,12 @@ class SB3VecEnv(VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         """Send the actions to the workers; `step_wait` collects the results."""
         self._engine.check_idle("step_async")
-        if len(actions) != self.num_envs:
-            raise ValueError(
-                f"`actions` holds {len(actions)} actions but there are {self.num_envs} envs; "
-                "pass one per env (nothing was sent)."
-            )
+        # SB3 indexes actions by env: for a Dict or Tuple space, a list of one action per env
+        per_env = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        space = None if per_env else self.action_space
+        check_rows(space, "actions", actions, self.num_envs, "env")
+        if per_env:
+            actions = stack(self.action_space, list(actions))
         chunks = split_batch(self.action_space, actions, self._bounds)
         self._engine.pending = self._engine.launch("step", [(c,) for c in chunks], "step")
 
@@ -181,9 +183,17 @@ class SB3VecEnv(VecEnv):
         """Attribute `attr_name` of the envs at `indices` (all by default)."""
         return self._each("get_attr", indices, (attr_name,))
 
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has attribute `attr_name` (looking through its wrappers)."""
+        return all(self._each("has_attr", None, (attr_name,)))
+
     def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        """Set attribute `attr_name` of the envs at `indices` (all by default) to `value`."""
-        self._each("set_attr", indices, (attr_name, value))
+        """Set attribute `attr_name` of the envs at `indices` (all by default) to `value`.
+
+        As SB3's own vector envs, on each env's outermost wrapper; use
+        ``env_method("set_wrapper_attr", attr_name, value)`` to set it where it is defined.
+        """
+        self._each("set_attr", indices, (attr_name, value), {"outermost": True})
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
@@ -221,7 +231,11 @@ class SB3VecEnv(VecEnv):
         return [results[i] for i in chosen]
 
     def _observations(self, batches: Iterable[Any]) -> Any:
-        return join_batches(self.observation_space, list(batches))
+        """The batch as SB3 hands it out: a Dict space's is an `OrderedDict` in its key order."""
+        observations = join_batches(self.observation_space, list(batches))
+        if isinstance(self.observation_space, gym.spaces.Dict):
+            return OrderedDict((key, observations[key]) for key in self.observation_space)
+        return observations
 
 
 def make_sb3_vec_env(

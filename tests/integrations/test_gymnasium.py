@@ -16,7 +16,7 @@ from ray_multiprocess_env import (
     RemoteEnvError,
     make_vector_env,
 )
-from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, NamedCallEnv
+from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, GraphActionEnv, NamedCallEnv
 
 NUM_ENVS = 5  # workers of 2, 2 and 1 envs
 ENV_FNS = {
@@ -377,8 +377,24 @@ def test_a_wrong_number_of_actions_steps_nothing():
             envs.step(actions)
     with pytest.raises(ValueError, match=r"`actions` holds 2 actions but 1 are needed"):
         envs.send(np.ones(2, dtype=np.int64), [0])
+    with pytest.raises(TypeError, match=r"`actions` must be a batch of 4 .* single value 0"):
+        envs.step(0)  # as gymnasium's AsyncVectorEnv, a TypeError
     assert envs.get_attr("count") == (0, 0, 0, 0)
     envs.close()
+
+
+def test_actions_of_spaces_without_a_fixed_shape_match_sync_vector_env():
+    """(Graph, Discrete) actions, a tuple of graphs in the batch, step as in SyncVectorEnv."""
+    ours = GymnasiumVectorEnv([GraphActionEnv] * 3, envs_per_worker=2)
+    theirs = SyncVectorEnv([GraphActionEnv] * 3)
+    ours.reset(seed=0)
+    theirs.reset(seed=0)
+    ours.action_space.seed(1)
+    for _ in range(3):
+        actions = ours.action_space.sample()
+        assert_same(ours.step(actions)[0], theirs.step(actions)[0])
+    ours.close()
+    theirs.close()
 
 
 def test_the_constructor_seed_gives_way_to_the_first_resets_own_seed():

@@ -11,9 +11,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.envs import DictObsEnv, FlakyEnv, NamedCallEnv, RenderingFlakyEnv
+from tests.envs import (
+    DictObsEnv,
+    FlakyEnv,
+    NamedCallEnv,
+    RenderingFlakyEnv,
+    TupleObsDictActionEnv,
+    UnsortedDictObsEnv,
+)
 
 sb3 = pytest.importorskip("stable_baselines3")
+from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.vec_env import (  # noqa: E402
     DummyVecEnv,
     VecFrameStack,
@@ -27,6 +35,8 @@ from tests.integrations.test_gymnasium import assert_same  # noqa: E402
 ENV_FNS = {
     "CartPole": functools.partial(gym.make, "CartPole-v1", max_episode_steps=30),
     "DictObs": DictObsEnv,
+    "TupleObsDictAction": TupleObsDictActionEnv,
+    "UnsortedDictObs": UnsortedDictObsEnv,
 }
 
 
@@ -49,10 +59,12 @@ def _same(ours, theirs, path):
     elif isinstance(theirs, dict) and not isinstance(ours, dict):
         raise AssertionError(f"{path}: {type(ours)}")
     elif isinstance(theirs, dict):
-        assert set(ours) == set(theirs), f"{path}: {set(ours)} != {set(theirs)}"
+        assert list(ours) == list(theirs), f"{path}: {list(ours)} != {list(theirs)}"
+        assert type(ours) is type(theirs), f"{path}: {type(ours)} != {type(theirs)}"
         for key in theirs:
             _same(ours[key], theirs[key], f"{path}[{key!r}]")
     elif isinstance(theirs, tuple):
+        assert isinstance(ours, tuple), f"{path}: {type(ours)}"
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             _same(a, b, f"{path}[{i}]")
     else:
@@ -119,6 +131,42 @@ def test_env_method_get_attr_set_attr_with_indices():
     assert envs.env_method("greet", name="ada", indices=[0]) == ["hello ada"]
     envs.close()
     wrapped.close()
+
+
+def test_attributes_live_where_dummy_vec_env_puts_them():
+    """has_attr looks through wrappers; set_attr sets on the outermost wrapper, as DummyVecEnv."""
+    ours = SB3VecEnv([lambda: Monitor(NamedCallEnv())] * 3, envs_per_worker=2)
+    theirs = DummyVecEnv([lambda: Monitor(NamedCallEnv())] * 3)
+    for venv in (ours, theirs):
+        assert venv.has_attr("delay")  # the env's, under the Monitor
+        assert not venv.has_attr("dummy")
+        venv.set_attr("dummy", 12)
+        assert venv.has_attr("dummy")
+        assert venv.get_attr("dummy") == [12] * 3
+        venv.set_attr("delay", 0.5, indices=[0, 2])  # on the Monitor: the env keeps its own
+        assert venv.get_attr("delay") == [0.5, 0.0, 0.5]
+        assert [env.delay for env in venv.get_attr("unwrapped")] == [0.0] * 3
+        assert venv.env_method("set_wrapper_attr", "count", 4, indices=[1]) == [True]
+        assert [env.count for env in venv.get_attr("unwrapped")] == [0, 4, 0]
+    ours.close()
+    theirs.close()
+
+
+def test_wrong_actions_are_refused_before_anything_steps():
+    """A batch of another length is a ValueError, a single action a TypeError; none steps."""
+    envs = SB3VecEnv([NamedCallEnv] * 3, envs_per_worker=2)
+    envs.reset()
+    with pytest.raises(ValueError, match=r"`actions` holds 2 actions but 3 are needed"):
+        envs.step(np.array([1, 1]))
+    with pytest.raises(TypeError, match=r"`actions` must be a batch of 3 .* single value 1"):
+        envs.step(1)
+    assert envs.get_attr("count") == [0, 0, 0]
+    envs.close()
+    spaces = SB3VecEnv([TupleObsDictActionEnv] * 2)
+    spaces.reset()
+    with pytest.raises(ValueError, match=r"`actions` holds 1 actions but 2 are needed"):
+        spaces.step([spaces.action_space.sample()])
+    spaces.close()
 
 
 def test_get_images_and_render():
