@@ -1,0 +1,139 @@
+"""Run the peers' own test suites with our classes in place of theirs.
+
+stable-baselines3's VecEnv tests run with ``SubprocVecEnv`` replaced by `SB3VecEnv`, from the
+source distribution of the installed SB3 version (it ships ``tests/``; nothing of it is kept in
+this repository)::
+
+    python tests/peers/run.py sb3
+
+gymnasium's vector tests run with ``AsyncVectorEnv`` replaced by `GymnasiumVectorEnv`, from a
+checkout of https://github.com/Farama-Foundation/Gymnasium at the installed version's tag (its
+source distribution has no tests)::
+
+    git clone --branch v1.2.2 https://github.com/Farama-Foundation/Gymnasium /tmp/Gymnasium
+    python tests/peers/run.py gymnasium --source /tmp/Gymnasium
+
+Arguments after ``--`` go to pytest. The tests listed in `NOT_APPLICABLE` are deselected, with
+the reason printed; everything else must pass. Rendering runs headless (pygame's dummy video
+driver, MuJoCo on EGL) unless the environment says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SUITES = {
+    "sb3": [
+        "tests/test_vec_envs.py",
+        "tests/test_vec_monitor.py",
+        "tests/test_vec_normalize.py",
+        "tests/test_vec_stacked_obs.py",
+        "tests/test_vec_extract_dict_obs.py",
+        "tests/test_vec_check_nan.py",
+    ],
+    "gymnasium": [
+        "tests/vector/test_autoreset_mode.py",
+        "tests/vector/test_vector_env.py",
+        "tests/vector/test_vector_env_info.py",
+        "tests/vector/test_vector_wrapper.py",
+        "tests/wrappers/vector",
+    ],
+}
+
+#: Test ids that check the replaced class's own machinery, and why they do not apply.
+NOT_APPLICABLE = {
+    "sb3": {
+        "tests/test_vec_envs.py::test_subproc_start_method": (
+            "checks multiprocessing start methods; Ray starts the workers"
+        ),
+    },
+    "gymnasium": {
+        f"tests/vector/test_vector_env.py::test_partial_reset_failure[Async({mode})]": (
+            "expects AsyncVectorEnv's AssertionError text for a bad `reset_mask`; we raise a "
+            "ValueError naming the argument, its shape and the shape needed"
+        )
+        for mode in ("shared_memory=True", "shared_memory=False")
+    },
+}
+
+HEADLESS = {"SDL_VIDEODRIVER": "dummy", "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+
+
+def sb3_source(workdir: Path) -> Path:
+    """Download and unpack the source distribution of the installed stable-baselines3."""
+    version = importlib.metadata.version("stable-baselines3")
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"),
+            *("--no-binary", ":all:", f"stable-baselines3=={version}", "--dest", str(workdir)),
+        ],
+        check=True,
+    )
+    (archive,) = workdir.glob("stable_baselines3-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        tar.extractall(workdir, filter="data")
+    return workdir / archive.name.removesuffix(".tar.gz")
+
+
+def check_gymnasium_source(source: Path) -> None:
+    """Refuse a checkout whose version is not the installed gymnasium's."""
+    version = importlib.metadata.version("gymnasium")
+    init = (source / "gymnasium" / "__init__.py").read_text(encoding="utf-8")
+    if f'__version__ = "{version}"' not in init:
+        raise SystemExit(
+            f"{source} is not a checkout of gymnasium {version}, the installed version; "
+            f"check out its tag: git -C {source} checkout v{version}"
+        )
+
+
+def run(suite: str, source: Path, envs_per_worker: int, pytest_args: list[str]) -> int:
+    """Put our conftest.py into `source`'s tests and run the suite's files there."""
+    conftest = source / "tests" / "conftest.py"
+    if conftest.exists() and "ray_multiprocess_env" not in conftest.read_text(encoding="utf-8"):
+        raise SystemExit(f"{conftest} is the project's own; refusing to replace it")
+    shutil.copyfile(HERE / f"{suite}_conftest.py", conftest)
+    for test_id, reason in NOT_APPLICABLE[suite].items():
+        print(f"not applicable: {test_id}: {reason}", flush=True)
+    env = {**HEADLESS, **os.environ, "PEER_ENVS_PER_WORKER": str(envs_per_worker)}
+    env.pop("RAY_ADDRESS", None)  # the suite starts its own Ray, with its modules importable
+    deselect = [f"--deselect={test_id}" for test_id in NOT_APPLICABLE[suite]]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tb=native"]
+    command += deselect + SUITES[suite] + pytest_args
+    print("running:", " ".join(command), f"(in {source})", flush=True)
+    return subprocess.run(command, cwd=source, env=env, check=False).returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--source", type=Path, help="gymnasium: a checkout at the installed tag")
+    parser.add_argument("--workdir", type=Path, help="sb3: where to unpack (default: a temp dir)")
+    parser.add_argument("--envs-per-worker", type=int, default=2)
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    args.pytest_args = argv[split + 1 :]
+    if args.suite == "gymnasium":
+        if args.source is None:
+            parser.error("gymnasium needs --source, a checkout of its repository")
+        check_gymnasium_source(args.source)
+        return run("gymnasium", args.source, args.envs_per_worker, args.pytest_args)
+    with tempfile.TemporaryDirectory() as temp:
+        workdir = args.workdir or Path(temp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        return run("sb3", sb3_source(workdir), args.envs_per_worker, args.pytest_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
