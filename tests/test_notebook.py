@@ -1,19 +1,44 @@
-"""Notebooks run in a real Jupyter kernel (nbclient): notebooks/ and notebook-defined actors."""
+"""Notebooks: outputs stored from a real run, Japanese twins, and runs in a Jupyter kernel."""
 
 from __future__ import annotations
 
+import ast
+import copy
+import importlib.util
 import os
+import re
 import textwrap
 from pathlib import Path
 
 import nbformat
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
-pytestmark = pytest.mark.slow
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+ENGLISH = [p for p in NOTEBOOKS if not p.name.endswith(".ja.ipynb")]
+JAPANESE = [p for p in NOTEBOOKS if p.name.endswith(".ja.ipynb")]
+
+# What no notebook may print: errors, and Ray's crash dumps and error log lines.
+_ERRORS = re.compile(
+    r"Traceback \(most recent call last\)|SIGTERM|\bERROR\b|^\[[^\]]* E \d+ \d+\]", re.MULTILINE
+)
+# What must not be stored either, as it belongs to the machine that ran the notebook: logs
+# forwarded from Ray workers (they carry pids) and paths.
+_MACHINE = re.compile(r"pid=\d+|site-packages|/home/|/Users/|/root/|/tmp/")
+_WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+def _load_execute_script():
+    spec = importlib.util.spec_from_file_location("execute", NOTEBOOK_DIR / "execute.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _twin(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".ipynb") + ".ja.ipynb")
 
 
 def _execute(
@@ -25,16 +50,9 @@ def _execute(
         notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     else:
         notebook = cells
-    old = os.environ.get("RAY_ADDRESS")
-    os.environ["RAY_ADDRESS"] = ray_address  # the kernel joins the test session's cluster
     resources = {"metadata": {"path": str(cwd)}} if cwd else {}
-    try:
-        NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources).execute()
-    finally:
-        if old is None:
-            os.environ.pop("RAY_ADDRESS")
-        else:
-            os.environ["RAY_ADDRESS"] = old
+    client = NotebookClient(notebook, timeout=300, kernel_name="python3", resources=resources)
+    client.execute(env={**os.environ, "RAY_ADDRESS": ray_address})  # join the test cluster
     return notebook
 
 
@@ -46,6 +64,7 @@ def _text(cell: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow
 def test_env_and_helper_defined_in_cells_with_module_level_imports(ray_address):
     """An env class and a helper defined in cells, with module-level imports only, run remotely."""
     notebook = _execute(
@@ -119,6 +138,7 @@ def test_env_and_helper_defined_in_cells_with_module_level_imports(ray_address):
     assert "plain step [[5.0], [6.0]]" in _text(notebook.cells[3])
 
 
+@pytest.mark.slow
 def test_seed_notebook_flow_with_gymnasium(ray_address):
     """The flow of the notebook the project is named after works with gymnasium and CartPole-v1.
 
@@ -185,19 +205,182 @@ def test_seed_notebook_flow_with_gymnasium(ray_address):
     )
 
 
-def test_every_notebook_is_committed_with_outputs_cleared():
-    """The notebooks in notebooks/ carry no outputs (so no large embedded images)."""
-    assert len(NOTEBOOKS) >= 6
-    for path in NOTEBOOKS:
-        notebook = nbformat.read(path, as_version=4)
-        for cell in notebook.cells:
-            assert cell.get("outputs", []) == [], f"{path.name} has outputs"
+def _code_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def _all_text(cell: nbformat.NotebookNode) -> str:
+    """Everything a cell's outputs say in text (streams, tracebacks, text/* data; no images)."""
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        parts.extend(output.get("traceback", []))
+        data = output.get("data", {})
+        parts.extend(str(v) for k, v in data.items() if k.startswith("text/"))
+    return "\n".join(parts)
+
+
+def _kinds(cell: nbformat.NotebookNode) -> set[str]:
+    """What a cell's outputs are, stderr aside (Ray logs differently when it joins a cluster)."""
+    kinds = set()
+    for output in cell.get("outputs", []):
+        if output.output_type == "stream":
+            kinds.add(output.name)
+        else:
+            kinds.add(output.output_type)
+            kinds.update(k for k in output.get("data", {}) if k in ("image/png", _WIDGET))
+    return kinds - {"stderr"}
+
+
+def _parse(source: str) -> ast.Module:
+    return ast.parse(TransformerManager().transform_cell(source))  # IPython magics to Python
+
+
+def _calls(source: str) -> set[str]:
+    """The names of the functions a cell calls when it runs (not those only called in defs)."""
+    names = set()
+    pending: list[ast.AST] = list(_parse(source).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _expects_output(source: str) -> bool:
+    """Whether a cell prints, plots (`show`), shows a progress bar or ends in a plain expression."""
+    if _calls(source) & {"print", "show", "tqdm"}:
+        return True
+    body = _parse(source).body
+    return (
+        bool(body)
+        and isinstance(body[-1], ast.Expr)
+        and not isinstance(body[-1].value, ast.Call)
+        and not source.rstrip().endswith(";")
+    )
+
+
+def _shape(source: str) -> tuple[str, list[str]]:
+    """The code of a cell without its text: comments, string literals and f-strings' text.
+
+    Returns the dump of the syntax tree with every string literal blanked and f-strings cut to
+    their replacement fields (their format specs kept), and the blanked literals in order.
+    """
+    strings: list[str] = []
+
+    class Blank(ast.NodeTransformer):
+        def visit_Constant(self, node: ast.Constant) -> ast.AST:
+            if isinstance(node.value, str):
+                strings.append(node.value)
+                return ast.Constant(value="")
+            return node
+
+        def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
+            fields = [v for v in node.values if isinstance(v, ast.FormattedValue)]
+            node.values = [self.visit(v) for v in fields]
+            return node
+
+        def visit_FormattedValue(self, node: ast.FormattedValue) -> ast.AST:
+            node.value = self.visit(node.value)
+            return node  # the format spec (say `+.2f`) is code: kept as it is
+
+    tree = Blank().visit(_parse(source))
+    return ast.dump(tree), strings
+
+
+_API_NAME = re.compile(r"`([A-Za-z_][\w.]*(?:\([^`]*\))?)`")
+
+
+def test_every_english_notebook_has_a_japanese_twin_and_back():
+    """Each notebook in notebooks/ has a `.ja.ipynb` twin, and each twin an English notebook."""
+    assert len(ENGLISH) >= 5
+    assert sorted(_twin(p) for p in ENGLISH) == JAPANESE
+
+
+@pytest.mark.parametrize("path", ENGLISH, ids=[p.name for p in ENGLISH])
+def test_japanese_twin_has_the_english_code_and_translated_text(path):
+    """A twin's cells match the English ones: the same code, comments and text aside.
+
+    Code cells have the same syntax tree once comments, string literals and the text of
+    f-strings are left out; a string literal may differ only by being translated (it then holds
+    Japanese; a translated key or id would fail when `notebooks/execute.py` runs the twin, and
+    the stored-outputs test requires that run). Markdown cells are translated and name the same
+    APIs in backticks.
+    """
+    english = nbformat.read(path, as_version=4)
+    japanese = nbformat.read(_twin(path), as_version=4)
+    assert [c.cell_type for c in japanese.cells] == [c.cell_type for c in english.cells]
+    for index, (en, ja) in enumerate(zip(english.cells, japanese.cells, strict=True)):
+        where = f"{_twin(path).name} cell {index}"
+        if en.cell_type == "markdown":
+            assert not ja.source.isascii(), f"{where} is not translated"
+            assert set(_API_NAME.findall(ja.source)) == set(_API_NAME.findall(en.source)), where
+            continue
+        en_code, en_strings = _shape(en.source)
+        ja_code, ja_strings = _shape(ja.source)
+        assert ja_code == en_code, f"{where}: code differs from English beyond comments and text"
+        for en_string, ja_string in zip(en_strings, ja_strings, strict=True):
+            assert ja_string == en_string or not ja_string.isascii(), (
+                f"{where}: {ja_string!r} is neither the English {en_string!r} nor a translation"
+            )
+        assert _kinds(ja) == _kinds(en), f"{where}: outputs differ in kind from the English"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_stored_with_the_outputs_of_one_top_to_bottom_run(path):
+    """Outputs come from one clean run of the current code and carry no errors or machine noise.
+
+    Cells were executed once each, in order (execution counts 1, 2, ...), by
+    `notebooks/execute.py` on the code as it is now; every cell that prints, plots or ends in an
+    expression has outputs, every plot is a PNG and every progress bar shows its end; the last
+    cell shuts Ray down (else a kernel that started a local Ray prints stack dumps when it exits).
+    """
+    notebook = nbformat.read(path, as_version=4)
+    cells = _code_cells(notebook)
+    rerun = f"run `python notebooks/execute.py notebooks/{path.name}`"
+    assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), rerun
+    stored_for = notebook.metadata.get("execute_py", {}).get("code_sha256")
+    assert stored_for == _load_execute_script().code_sha256(notebook), f"code changed: {rerun}"
+    for index, cell in enumerate(cells):
+        where = f"{path.name} code cell {index}"
+        if _expects_output(cell.source):
+            assert cell.outputs, f"{where} prints or shows something but has no stored output"
+        if "show" in _calls(cell.source):
+            assert "image/png" in _kinds(cell), f"{where} has no PNG"
+        for output in cell.outputs:
+            assert output.output_type != "error", where
+            if _WIDGET in output.get("data", {}) and "tqdm" in _calls(cell.source):
+                assert "100%|" in output.data["text/plain"], f"{where}: bar not finished"
+        noise = _ERRORS.search(_all_text(cell)) or _MACHINE.search(_all_text(cell))
+        assert noise is None, f"{where} stores {noise.group()!r}"
+    assert "ray.shutdown()" in cells[-1].source, f"{path.name} leaves Ray running at the end"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ENGLISH, ids=[p.name for p in ENGLISH])
 def test_notebook_runs_top_to_bottom(path, ray_address):
-    """Each notebook in notebooks/ runs top to bottom in a fresh kernel without a cell error."""
-    notebook = _execute(nbformat.read(path, as_version=4), ray_address, cwd=path.parent)
-    assert all(
-        cell.get("outputs") is not None for cell in notebook.cells if cell.cell_type == "code"
-    )
+    """Each English notebook runs in a fresh kernel with outputs of the kinds it stores.
+
+    It runs on a copy with its outputs cleared (the file stays as it is), in the notebook's
+    directory, joined to the test session's Ray. The Japanese twins run only through
+    `notebooks/execute.py`; `test_japanese_twin_has_the_english_code_and_translated_text`
+    keeps their code the same.
+    """
+    stored_bytes = path.read_bytes()
+    stored = nbformat.read(path, as_version=4)
+    notebook = copy.deepcopy(stored)
+    for cell in _code_cells(notebook):
+        cell.outputs = []
+        cell.execution_count = None
+    _execute(notebook, ray_address, cwd=path.parent)
+    pairs = zip(_code_cells(stored), _code_cells(notebook), strict=True)
+    for index, (old, new) in enumerate(pairs):
+        where = f"{path.name} code cell {index}"
+        assert _kinds(new) == _kinds(old), f"{where}: {_kinds(new)} now, {_kinds(old)} stored"
+        noise = _ERRORS.search(_all_text(new))
+        assert noise is None, f"{where} printed {noise.group()!r}"
+    assert path.read_bytes() == stored_bytes
