@@ -61,7 +61,7 @@ def test_frames_rendered_in_workers_equal_sync_vector_envs(env_id, monkeypatch):
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_record_video_writes_a_video_from_the_workers_frames(env_id, tmp_path, monkeypatch):
-    """gymnasium's vector RecordVideo over our vector env writes an mp4 of the first episode."""
+    """The vector RecordVideo of gymnasium over our vector env writes the first episode."""
     for name, value in HEADLESS.items():
         monkeypatch.setenv(name, value)
     ours, theirs = _envs(env_id)
