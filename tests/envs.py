@@ -271,10 +271,10 @@ class NestedSpacesEnv(gym.Env[dict, dict]):
         return obs, reward, self.t >= 7, False, info
 
 
-class TupleObsDictActionEnv(gym.Env[tuple, dict]):
-    """A Tuple observation and a Dict action whose keys are not in sorted order.
+class TupleObsDictActionEnv(NestedSpacesEnv):
+    """`NestedSpacesEnv` with a Tuple observation and a Dict action whose keys are not sorted.
 
-    Not nested, as SB3's ``DummyVecEnv`` needs; seeded observations, episodes of 5 steps.
+    Not nested, as SB3's ``DummyVecEnv`` needs.
     """
 
     observation_space = gym.spaces.Tuple(
@@ -288,23 +288,11 @@ class TupleObsDictActionEnv(gym.Env[tuple, dict]):
     action_space = gym.spaces.Dict(
         OrderedDict(
             [
-                ("push", gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)),
                 ("pick", gym.spaces.Discrete(3)),
+                ("move", gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)),
             ]
         )
     )
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self.t = 0
-        self.observation_space.seed(int(self.np_random.integers(1 << 30)))
-        return self.observation_space.sample(), {}
-
-    def step(self, action: dict):
-        self.t += 1
-        self.observation_space.seed(int(self.np_random.integers(1 << 30)))
-        reward = float(action["pick"]) + float(np.sum(action["push"]))
-        return self.observation_space.sample(), reward, False, self.t >= 5, {"t": self.t}
 
 
 class UnsortedDictObsEnv(TupleObsDictActionEnv):

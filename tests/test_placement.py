@@ -36,7 +36,12 @@ def test_no_placement_passes_actor_options_through():
 @pytest.mark.parametrize("strategy", ["PACK", "SPREAD", "STRICT_PACK", "pack"])
 def test_strategy_names_reserve_one_bundle_per_worker_and_close_removes_it(strategy):
     envs = make_vector_env(
-        _cartpole, 2, 2, placement=strategy, actor_options={"num_cpus": 0.25}, seed=0
+        _cartpole,
+        num_workers=2,
+        envs_per_worker=2,
+        placement=strategy,
+        actor_options={"num_cpus": 0.25},
+        seed=0,
     )
     group = envs._engine.pool.plan.placement_group
     assert group.bundle_specs == [{"CPU": 0.25}, {"CPU": 0.25}]
@@ -199,7 +204,13 @@ def test_sb3_and_the_vector_entry_point_pass_placement_through():
     pytest.importorskip("stable_baselines3")
     from ray_multiprocess_env import make_sb3_vec_env, vector_entry_point
 
-    sb3_envs = make_sb3_vec_env(_cartpole, 2, 1, placement="PACK", actor_options={"num_cpus": 0.25})
+    sb3_envs = make_sb3_vec_env(
+        _cartpole,
+        num_workers=2,
+        envs_per_worker=1,
+        placement="PACK",
+        actor_options={"num_cpus": 0.25},
+    )
     gym_envs = vector_entry_point(
         2, env_id="CartPole-v1", placement="SPREAD", actor_options={"num_cpus": 0.25}
     )

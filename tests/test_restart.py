@@ -224,11 +224,11 @@ def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog):
 def test_a_restart_settles_the_first_ready_calls_of_the_old_worker():
     """A worker restarted by another call: its envs in flight come back as lost episodes."""
     vec = RayVectorEnv.from_env_fns(
-        [FlakyEnv] * 2, envs_per_worker=2, timeout=1.0, on_actor_failure="restart"
-    )
+        [FlakyEnv] * 2, envs_per_worker=2, timeout=3.0, on_actor_failure="restart"
+    )  # 3 s: the new worker must start within it too, on a loaded machine
     vec.async_reset()
     vec.recv()
-    vec.set_attr("delay", [5.0, 0.0])
+    vec.set_attr("delay", [10.0, 0.0])
     vec.send([1], [0])
     vec.reset_env(1)  # waits behind env 0's slow step: the worker is late and restarted
     env_ids, (_, _, _, truncated, infos) = vec.recv()
