@@ -47,6 +47,12 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 600  # per cell; 04_training's PPO run, the longest, takes under a minute on 2 cores
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+#: What no stored output may hold: errors, and Ray's crash dumps and error log lines,
+ERRORS = re.compile(
+    r"Traceback \(most recent call last\)|SIGTERM|\bERROR\b|^\[[^\]]* E \d+ \d+\]", re.MULTILINE
+)
+#: nor what belongs to the machine that ran it: logs forwarded from Ray workers (with pids), paths.
+MACHINE = re.compile(r"pid=\d+|site-packages|/home/|/Users/|/root/|/tmp/")
 _RAY_WORKER_PREFIX = re.compile(r"^(\x1b\[\d+m)?\([^)]*pid=\d+[^)]*\)(\x1b\[0m)? ")
 
 
@@ -61,7 +67,8 @@ def execute(path: Path) -> nbformat.NotebookNode:
 
     Raises:
         CellExecutionError: A cell raised.
-        ValueError: An output names an absolute path of this machine.
+        ValueError: An output holds an error, a Ray error line, a worker pid or a path of this
+            machine (`ERRORS`, `MACHINE`).
     """
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
@@ -84,12 +91,13 @@ def execute(path: Path) -> nbformat.NotebookNode:
             text = output.get("text", "") + "".join(
                 str(value) for kind, value in output.get("data", {}).items() if "text/" in kind
             )
-            for machine_path in machine_paths:
-                if machine_path in text:
-                    raise ValueError(
-                        f"{path.name}: cell {index} prints {machine_path!r}, a path of this "
-                        "machine; change the cell so that its output is the same everywhere."
-                    )
+            found = ERRORS.search(text) or MACHINE.search(text)
+            noise = found.group(0) if found else next((p for p in machine_paths if p in text), "")
+            if noise:
+                raise ValueError(
+                    f"{path.name}: cell {index} prints {noise!r}, an error or something of this "
+                    "machine; change the cell so that its output is clean and the same everywhere."
+                )
     notebook.metadata["execute_py"] = {"code_sha256": code_sha256(notebook)}
     return notebook
 

@@ -123,8 +123,8 @@ def check_rows(
         return
     if length is None and not isinstance(batch, (Mapping, list, tuple)) and np.ndim(batch) == 0:
         raise TypeError(
-            f"`{argument}` must be a batch of {rows} (one per {each}, as `action_space.sample()` "
-            f"gives), got the single value {batch!r}; nothing was sent."
+            f"`{argument}` must be a batch of {rows} actions (one per {each}), got the single "
+            f"value {batch!r}; nothing was sent."
         )
     held = f"holds {length} actions" if length is not None else "has parts of different lengths"
     raise ValueError(

@@ -153,7 +153,8 @@ class EnvWorker:
         """Call `method` on each env whose args are not None; None marks a skipped env.
 
         ``call``, ``get_attr``, ``has_attr``, ``set_attr`` and ``is_wrapped`` look through
-        gymnasium's wrappers (`compat`); any other name is the env's own method.
+        gymnasium's wrappers (`compat`; ``set_attr`` with ``outermost`` sets on the env given);
+        any other name is the env's own method.
         """
         results: list[Any] = [None] * len(self.envs)
         failures = []

@@ -20,13 +20,6 @@ NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 ENGLISH = [p for p in NOTEBOOKS if not p.name.endswith(".ja.ipynb")]
 JAPANESE = [p for p in NOTEBOOKS if p.name.endswith(".ja.ipynb")]
 
-# What no notebook may print: errors, and Ray's crash dumps and error log lines.
-_ERRORS = re.compile(
-    r"Traceback \(most recent call last\)|SIGTERM|\bERROR\b|^\[[^\]]* E \d+ \d+\]", re.MULTILINE
-)
-# What must not be stored either, as it belongs to the machine that ran the notebook: logs
-# forwarded from Ray workers (they carry pids) and paths.
-_MACHINE = re.compile(r"pid=\d+|site-packages|/home/|/Users/|/root/|/tmp/")
 _WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
@@ -35,6 +28,11 @@ def _load_execute_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# What no stored output may hold: the same patterns execute.py refuses to save.
+_SCRIPT = _load_execute_script()
+_ERRORS, _MACHINE = _SCRIPT.ERRORS, _SCRIPT.MACHINE
 
 
 def _twin(path: Path) -> Path:
@@ -344,7 +342,7 @@ def test_notebook_is_stored_with_the_outputs_of_one_top_to_bottom_run(path):
     rerun = f"run `python notebooks/execute.py notebooks/{path.name}`"
     assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), rerun
     stored_for = notebook.metadata.get("execute_py", {}).get("code_sha256")
-    assert stored_for == _load_execute_script().code_sha256(notebook), f"code changed: {rerun}"
+    assert stored_for == _SCRIPT.code_sha256(notebook), f"code changed: {rerun}"
     for index, cell in enumerate(cells):
         where = f"{path.name} code cell {index}"
         if _expects_output(cell.source):

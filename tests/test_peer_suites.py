@@ -21,11 +21,12 @@ RUN = Path(__file__).resolve().parent / "peers" / "run.py"
 @pytest.mark.timeout(900)
 def test_sb3_vec_env_suite_passes_with_sb3vecenv_as_subprocvecenv(tmp_path):
     """Every SB3 VecEnv test passes, SubprocVecEnv's variants included, but start methods."""
+    pytest_args = ["-v", "-o", "timeout=120"]  # for SB3's pytest: a hung test shows its stack
     result = subprocess.run(
-        [sys.executable, str(RUN), "sb3", "--workdir", str(tmp_path), "--", "-v"],
+        [sys.executable, str(RUN), "sb3", "--workdir", str(tmp_path), "--", *pytest_args],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=800,
         check=False,
     )
     output = result.stdout + result.stderr

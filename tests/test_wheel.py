@@ -8,6 +8,7 @@ version metadata, the LICENSE) fails here.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
+IGNORED = (".git", ".venv", ".devrun", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 
 TINY_STEP = textwrap.dedent(
     """
@@ -47,8 +49,10 @@ def _run(command, cwd, env=None):
 @pytest.mark.timeout(900)
 def test_wheel_installs_in_a_fresh_venv_and_steps(tmp_path):
     """Build the wheel, install it with its dependencies in a new venv, run --version and a step."""
+    source = tmp_path / "source"  # a copy: setuptools would reuse (stale) files in ROOT/build
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*IGNORED))
     dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(ROOT)], tmp_path)
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(source)], source)
     (wheel,) = dist.glob("ray_multiprocess_env-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "ray_multiprocess_env/py.typed" in names

@@ -120,12 +120,24 @@ class SB3VecEnv(VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         """Send the actions to the workers; `step_wait` collects the results."""
         self._engine.check_idle("step_async")
-        # SB3 indexes actions by env: for a Dict or Tuple space, a list of one action per env
+        # SB3 indexes actions by env: for a Dict or Tuple space, a list of one action per env,
+        # stacked here into a batch of the space's dtypes
         per_env = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
-        space = None if per_env else self.action_space
-        check_rows(space, "actions", actions, self.num_envs, "env")
+        if per_env and isinstance(actions, Mapping):
+            raise ValueError(
+                f"`actions` is a dict of batches ({sorted(actions)}); SB3 takes one action per "
+                f"env for a Dict space: pass a list of {self.num_envs} dicts (nothing was sent)."
+            )
+        check_rows(None if per_env else self.action_space, "actions", actions, self.num_envs, "env")
         if per_env:
-            actions = stack(self.action_space, list(actions))
+            try:
+                actions = stack(self.action_space, list(actions))
+            except (KeyError, IndexError, TypeError, ValueError) as err:
+                raise ValueError(
+                    f"`actions` holds an action that does not fit `action_space` "
+                    f"{self.action_space} ({type(err).__name__}: {err}); pass one action of "
+                    "that space per env (nothing was sent)."
+                ) from err
         chunks = split_batch(self.action_space, actions, self._bounds)
         self._engine.pending = self._engine.launch("step", [(c,) for c in chunks], "step")
 

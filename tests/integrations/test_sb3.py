@@ -164,8 +164,13 @@ def test_wrong_actions_are_refused_before_anything_steps():
     envs.close()
     spaces = SB3VecEnv([TupleObsDictActionEnv] * 2)
     spaces.reset()
+    action = spaces.action_space.sample()
     with pytest.raises(ValueError, match=r"`actions` holds 1 actions but 2 are needed"):
-        spaces.step([spaces.action_space.sample()])
+        spaces.step([action])
+    with pytest.raises(ValueError, match=r"`actions` is a dict of batches .* list of 2 dicts"):
+        spaces.step({key: np.stack([value] * 2) for key, value in action.items()})
+    with pytest.raises(ValueError, match=r"`actions` holds an action that does not fit"):
+        spaces.step([action, {"move": action["move"]}])  # no "pick"
     spaces.close()
 
 

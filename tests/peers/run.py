@@ -75,13 +75,17 @@ def sb3_source(workdir: Path) -> Path:
     subprocess.run(
         [
             *(sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"),
-            *("--no-binary", ":all:", f"stable-baselines3=={version}", "--dest", str(workdir)),
+            *("--no-binary", "stable-baselines3", f"stable-baselines3=={version}"),
+            *("--dest", str(workdir)),
         ],
         check=True,
     )
     (archive,) = workdir.glob("stable_baselines3-*.tar.gz")
     with tarfile.open(archive) as tar:
-        tar.extractall(workdir, filter="data")
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4
+            tar.extractall(workdir, filter="data")
+        else:
+            tar.extractall(workdir)  # the package index's sdist of SB3
     return workdir / archive.name.removesuffix(".tar.gz")
 
 
