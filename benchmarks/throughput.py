@@ -232,20 +232,23 @@ def _targets(rows: list[Row], workers: int) -> list[str]:
     def limit(env: str) -> tuple[str, str, None]:
         return env, LIMIT, None
 
+    def gymnasium(env: str, kind: str, k: int) -> tuple[str, str, int]:
+        return env, f"gymnasium {kind}VectorEnv", w * k
+
     if (os.cpu_count() or 1) <= 2:
         checks = [
             (
                 "frames, W x 16 >= 1.5x AsyncVectorEnv",
                 1.5,
                 ours("frames", 16),
-                ("frames", "gymnasium AsyncVectorEnv", w * 16),
+                gymnasium("frames", "Async", 16),
             ),
             ("frames, W x 16 >= 0.8 of the limit", 0.8, ours("frames", 16), limit("frames")),
             (
                 "CartPole, W x 64 >= 1.3x SyncVectorEnv",
                 1.3,
                 ours("CartPole", 64),
-                ("CartPole", "gymnasium SyncVectorEnv", w * 64),
+                gymnasium("CartPole", "Sync", 64),
             ),
             (
                 "CartPole, W x 512 >= 0.8 of the limit",
@@ -258,13 +261,13 @@ def _targets(rows: list[Row], workers: int) -> list[str]:
                 "CartPole, W x 64 >= 5x AsyncVectorEnv (#3)",
                 5.0,
                 ours("CartPole", 64),
-                ("CartPole", "gymnasium AsyncVectorEnv", w * 64),
+                gymnasium("CartPole", "Async", 64),
             ),
             (
                 "CartPole, W x 512 >= 1.0x SyncVectorEnv (#9)",
                 1.0,
                 ours("CartPole", 512),
-                ("CartPole", "gymnasium SyncVectorEnv", w * 512),
+                gymnasium("CartPole", "Sync", 512),
             ),
             (
                 "1 ms env, W x 8 >= 0.95x the same with Ray calls only (#9)",
