@@ -95,6 +95,27 @@ class FramesEnv(gym.Env[np.ndarray, int]):
         return self._stack.copy(), 1.0, False, self.steps >= 500, {}
 
 
+def halfcheetah() -> gym.Env[Any, Any]:
+    """MuJoCo's HalfCheetah-v5 (about 0.1 ms a step, 17 floats, 4 numeric info keys)."""
+    return gym.make("HalfCheetah-v5")
+
+
+def pong() -> gym.Env[Any, Any]:
+    """Atari Pong as trained on: ale-py, frame skip 4, 84x84 grey frames, 4 of them stacked."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True)
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+def action_samples(space: gym.spaces.Space[Any], count: int = 64) -> list[Any]:
+    """`count` seeded samples of `space` (single or batched), cycled through by every peer."""
+    space.seed(0)
+    return [space.sample() for _ in range(count)]
+
+
 def raw_loop_count(env_fn: Any, seconds: float, start: Any, counts: Any) -> None:
     """Step one env in a raw loop for `seconds` once `start` is set; put the step count in `counts`.
 
@@ -102,14 +123,15 @@ def raw_loop_count(env_fn: Any, seconds: float, start: Any, counts: Any) -> None
     """
     env = env_fn()
     env.reset(seed=0)
+    actions = action_samples(env.action_space)
     for t in range(100):
-        _, _, terminated, truncated, _ = env.step(t % 2)
+        _, _, terminated, truncated, _ = env.step(actions[t % len(actions)])
         if terminated or truncated:
             env.reset()
     start.wait()
     count, began = 0, time.perf_counter()
     while time.perf_counter() - began < seconds:
-        _, _, terminated, truncated, _ = env.step(count % 2)
+        _, _, terminated, truncated, _ = env.step(actions[count % len(actions)])
         if terminated or truncated:
             env.reset()
         count += 1

@@ -18,15 +18,12 @@ from ray_multiprocess_env.errors import (
     RemoteEnvError,
 )
 from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
-from ray_multiprocess_env.integrations.gymnasium_make import (
-    RemoteEnv,
-    make_vector_env,
-    vector_entry_point,
-)
+from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env, vector_entry_point
 from ray_multiprocess_env.integrations.pfrl import GymAPIBridge
 from ray_multiprocess_env.integrations.rllib import rllib_env_creator
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.remote import REMOTE_ENV_METHODS, make_remote_class
+from ray_multiprocess_env.remote_env import RemoteEnv
 from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime, started_runtime
 from ray_multiprocess_env.vector import RayVectorEnv, unzip
 

@@ -24,7 +24,11 @@ __all__ = [
     "take",
     "unstack",
     "unzip",
+    "write_row",
 ]
+
+
+_NESTED = (spaces.Dict, spaces.Tuple)
 
 
 def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
@@ -32,6 +36,18 @@ def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> An
     if out is None:
         out = create_empty_array(space, n=len(items), fn=np.zeros)
     return concatenate(space, items, out)
+
+
+def write_row(space: spaces.Space[Any], batch: Any, row: Any, value: Any) -> None:
+    """Write one env's `value` into `row` of `batch`, a batch of `space` with a fixed layout."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            write_row(sub, batch[key], row, value[key])
+    elif isinstance(space, spaces.Tuple):
+        for i, sub in enumerate(space.spaces):
+            write_row(sub, batch[i], row, value[i])
+    else:
+        batch[row] = value
 
 
 def unstack(batched_space: spaces.Space[Any], batch: Any) -> list[Any]:
@@ -67,6 +83,8 @@ def split_batch(
     space: spaces.Space[Any], batch: Any, bounds: Sequence[tuple[int, int]]
 ) -> list[Any]:
     """Cut a batch of the single-env `space` into ``batch[start:stop]`` for each bound."""
+    if type(batch) is np.ndarray and type(space) not in _NESTED:  # the usual
+        return [batch[start:stop] for start, stop in bounds]
     if isinstance(space, spaces.Dict):
         parts = {key: split_batch(sub, batch[key], bounds) for key, sub in space.items()}
         return [{key: parts[key][i] for key in space} for i in range(len(bounds))]
@@ -96,6 +114,8 @@ def batch_length(space: spaces.Space[Any] | None, batch: Any) -> int | None:
 
     With `space` None, `batch` is a sequence of single values.
     """
+    if type(batch) is np.ndarray and batch.ndim and type(space) not in _NESTED:  # the usual
+        return len(batch)
     if isinstance(space, spaces.Dict):
         lengths = {batch_length(sub, batch[key]) for key, sub in space.items()}
     elif isinstance(space, spaces.Tuple):

@@ -24,8 +24,11 @@ __all__ = [
     "env_is_wrapped",
     "env_set_attr",
     "is_obs_and_info",
+    "reset_as_step",
+    "reset_env",
     "reset_obs",
     "reset_with_seed",
+    "step_env",
 ]
 
 
@@ -122,17 +125,59 @@ def crashed_step(reset_result: Any) -> tuple[Any, ...]:
     return (reset_result, 0.0, False, {"needs_reset": True, "env_crashed": True})
 
 
-def reset_with_seed(env: Any, seed: int | None) -> Any:
-    """``env.reset(seed=seed)``; an old-gym env without that argument is seeded with ``seed``."""
+def reset_as_step(reset_result: Any) -> tuple[Any, ...]:
+    """A ``reset`` result as a step (envpool's ``recv`` after ``async_reset``): reward 0, not done.
+
+    gymnasium: ``(obs, 0.0, False, False, info)``; old gym: ``(obs, 0.0, False, {})``.
+    """
+    if is_obs_and_info(reset_result):
+        return (reset_result[0], 0.0, False, False, reset_result[1])
+    return (reset_result, 0.0, False, {})
+
+
+def reset_with_seed(env: Any, seed: int | None, options: Any = None) -> Any:
+    """``env.reset(seed=seed, options=options)``, leaving out the arguments that are None.
+
+    An old-gym env without a `seed` argument is seeded with its ``seed`` method instead.
+    """
+    kwargs = {} if options is None else {"options": options}
     if seed is None:
-        return env.reset()
+        return env.reset(**kwargs)
     try:
-        return env.reset(seed=seed)
+        return env.reset(seed=seed, **kwargs)
     except TypeError:
         if not callable(getattr(env, "seed", None)):
             raise
         env.seed(seed)
-        return env.reset()
+        return env.reset(**kwargs)
+
+
+def reset_env(env: Any, seed: int | None = None, options: Any = None) -> tuple[Any, Any, bool]:
+    """Reset `env`: ``(obs, info, old_api)``; an old-gym env (obs only) gives an empty info."""
+    result = reset_with_seed(env, seed, options)
+    if is_obs_and_info(result):
+        return result[0], result[1], False
+    return result, {}, True
+
+
+def step_env(env: Any, action: Any) -> tuple[Any, Any, bool, bool, Any, bool]:
+    """Step `env`: ``(obs, reward, terminated, truncated, info, old_api)``.
+
+    An old-gym env's ``(obs, reward, done, info)`` counts as terminated when done.
+
+    Raises:
+        TypeError: If ``step`` returns neither 5 nor 4 items.
+    """
+    result = env.step(action)
+    if isinstance(result, tuple) and len(result) == 5:
+        return (*result, False)
+    if isinstance(result, tuple) and len(result) == 4:
+        obs, reward, done, info = result
+        return obs, reward, bool(done), False, info, True
+    raise TypeError(
+        f"`step` returned {type(result).__name__} {result!r:.80}, not gymnasium's "
+        "(obs, reward, terminated, truncated, info) or old gym's (obs, reward, done, info)."
+    )
 
 
 _VECTOR_ENV_HOOKS: list[Callable[[type], None]] = []

@@ -30,6 +30,9 @@ class RemoteEnvError(RuntimeError):
         method: The name of the env method that was called.
         env_indices: Every env index that failed in the same call, in order.
         remote_traceback: Ray's report of the failure, with the traceback from the actor.
+        worker_results: For a batched ``step``, ``(observations, rewards, terminations,
+            truncations)`` of each worker's envs by worker index, copies, where every worker
+            answered.
         results: For a batched ``step`` of `GymnasiumVectorEnv`, what ``step`` would have
             returned: the envs that did not fail as they stepped (a terminal transition
             included), a failed env with its last observation, reward 0, not done and
@@ -50,6 +53,7 @@ class RemoteEnvError(RuntimeError):
         self.remote_traceback = _ANSI_ESCAPE.sub("", str(cause))
         self.worker_results: dict[int, Any] = {}
         self.results: Any = None
+        self._batch: Any = None  # the engine's record of what a failed step gave
         others = [i for i in self.env_indices if i != env_index]
         also = f" (env(s) {others} failed in the same call too)" if others else ""
         super().__init__(

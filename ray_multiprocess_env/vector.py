@@ -1,10 +1,11 @@
 """`RayVectorEnv`: many env actors stepped as one vector env, with pfrl's interface.
 
 Besides pfrl's ``step``/``reset(mask)``/``seed``/``close`` it has ``call``/``get_attr``/
-``set_attr``, ``step_async``/``step_wait`` and first-ready ``send``/``recv``. It is a thin face
-over the private engine (`ray_multiprocess_env._engine`): every remote call is one engine call
-(one operation per worker, one wait, errors by env index); results are unzipped into per-field
-tuples. Its constructors live in `vector_make.py`.
+``set_attr``, ``step_async``/``step_wait`` and first-ready ``send``/``recv``
+(`vector_first_ready.py`). It is a thin face over the private engine: the engine hands back
+whole batches (in shared memory for workers on this node) and this face hands out pfrl's
+per-env tuples, rows of that batch (copies unless ``copy=False``). Its constructors that start
+workers live in `vector_make.py`.
 """
 
 from __future__ import annotations
@@ -12,22 +13,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 from ray.actor import ActorHandle
 
-from ray_multiprocess_env._engine import Engine, Options, Pool
+from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import check_length, check_seed_list
-from ray_multiprocess_env.batch import unzip
+from ray_multiprocess_env.batch import copy_batch, stack, unstack, unzip
 from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info
+from ray_multiprocess_env.vector_first_ready import FirstReady
 from ray_multiprocess_env.vector_make import VectorConstructors
-from ray_multiprocess_env.vector_ready import FirstReady
 from ray_multiprocess_env.worker import WORKER_ENV_METHODS
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = ["RayVectorEnv", "unzip"]
-
-_NO_OBS = object()
 
 
 class RayVectorEnv(VectorConstructors, FirstReady):
@@ -50,7 +52,8 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             and kills the actors (pass ``kill_on_close=False`` to keep them alive).
         timeout: Seconds to wait for any one call on all envs; None waits until every env
             answers (a dead actor is still detected). On expiry a `TimeoutError` names the
-            envs that did not answer. The first call also waits for the actors to start.
+            envs that did not answer. The first call also waits for the actors to start
+            (for `timeout`, but at least 30 s).
         kill_on_close: Whether `close` kills the actors after closing their envs.
         check_actions: Check every action against the env's action space on the driver before
             sending it; an action outside it raises `ValueError` naming the env (costs one
@@ -94,14 +97,17 @@ class RayVectorEnv(VectorConstructors, FirstReady):
                     f"({type(actor).__name__}); create it with `.remote()` on a Ray actor class."
                 )
         options = Options.make(timeout=timeout, check_actions=check_actions, transport="ray")
-        self._setup(Engine(Pool.of_actors(actors, options)), kill_on_close=kill_on_close)
+        engine = Engine.of_actors(actors, options, name=type(self).__name__)
+        self._setup(engine, options, kill_on_close=kill_on_close)
 
-    def _setup(self, engine: Engine, *, kill_on_close: bool = True) -> None:
+    def _setup(
+        self, engine: Engine, options: Options, *, kill_on_close: bool = True, copy: bool = True
+    ) -> None:
         self._engine = engine
-        engine.name = type(self).__name__
-        self._kill_on_close = kill_on_close
-        self._last_obs: list[Any] = [_NO_OBS] * engine.num_envs
-        self._next_seeds: list[int | None] = [None] * engine.num_envs
+        self._check_actions = options.check_actions
+        self._kill_on_close, self._copy = kill_on_close, copy
+        self._last_obs: list[Any] = [None] * engine.spec.num_envs
+        self._has_obs = np.zeros(engine.spec.num_envs, dtype=np.bool_)
         self._reset_gives_info = False
         self._attr_cache: dict[str, Any] = {}
         announce_vector_env(RayVectorEnv)  # e.g. pfrl's `VectorEnv` registers it
@@ -118,18 +124,17 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             ``(obs, rewards, dones, infos)``; each a tuple with one entry per env. An env whose
             ``step`` returns a non-tuple gives a tuple of those results.
         """
-        self._engine.check_open("step")
-        self.step_async(actions)
+        self._step_async(actions, "step")
         return self.step_wait()
 
     def step_async(self, actions: Sequence[Any]) -> None:
         """Send one action per env and return at once; `step_wait` collects the results."""
-        engine = self._engine
-        engine.check_idle("step_async")
+        self._step_async(actions, "step_async")
+
+    def _step_async(self, actions: Sequence[Any], label: str) -> None:
         check_length("actions", actions, self.num_envs, "one action per env")
         self._check_in_space(actions, range(self.num_envs))
-        args = engine.apply_args("step", [(action,) for action in actions])
-        engine.pending = engine.launch("apply", args, "step")
+        self._engine.step_async(self._action_batch(actions), label=label)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the results of `step_async` and return them as `step` does.
@@ -138,7 +143,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry the
                 `TimeoutError` leaves the call pending: call `step_wait` again to wait longer.
         """
-        results = self._engine.spread(self._engine.wait_pending(timeout))
+        results = self._per_env(self._engine.step_wait(timeout))
         for index, result in enumerate(results):
             self._last_obs[index] = result[0] if isinstance(result, tuple) else result
         return unzip(results)
@@ -155,34 +160,24 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             gym, pfrl); for gymnasium envs a pair ``(observations, infos)`` of lists, where a
             skipped env's info is ``{}``.
         """
-        self._engine.check_idle("reset")
         if mask is None:
-            skip = [False] * self.num_envs
+            keep = np.zeros(self.num_envs, dtype=np.bool_)
         else:
             check_length("mask", mask, self.num_envs, "one flag per env (truthy = keep that env)")
-            skip = [bool(m) for m in mask]
-        for index, skipped in enumerate(skip):
-            if skipped and self._last_obs[index] is _NO_OBS:
-                raise ValueError(
-                    f"`mask[{index}]` is truthy but env {index} has no observation yet; "
-                    "call `reset()` without a mask first."
-                )
-        seeds = [None if s else seed for s, seed in zip(skip, self._next_seeds, strict=True)]
-        kwargs = [{} if seed is None else {"seed": seed} for seed in seeds]
-        results = self._engine.apply("reset", [None if s else () for s in skip], kwargs)
-        self._engine.note_seeds(seeds)
-        reset_results = [r for r, s in zip(results, skip, strict=True) if not s]
-        if reset_results:
-            self._reset_gives_info = all(is_obs_and_info(r) for r in reset_results)
+            keep = np.array([bool(m) for m in mask], dtype=np.bool_)
+        for index in np.flatnonzero(keep & ~self._has_obs).tolist():
+            raise ValueError(
+                f"`mask[{index}]` is truthy but env {index} has no observation yet; "
+                "call `reset()` without a mask first."
+            )
         infos: list[Any] = [{} for _ in range(self.num_envs)]
-        for index, (result, skipped) in enumerate(zip(results, skip, strict=True)):
-            if skipped:
-                continue
-            self._next_seeds[index] = None
-            if self._reset_gives_info:
-                self._last_obs[index], infos[index] = result
-            else:
-                self._last_obs[index] = result
+        if not keep.all():  # (pfrl calls this after every step: nothing to do most times)
+            reset = self._engine.reset(mask=None if mask is None else ~keep)
+            self._reset_gives_info = self._gives_info(reset)
+            for env, result in enumerate(self._per_env(reset, reset=True)):
+                if not keep[env]:
+                    self._last_obs[env], infos[env] = result
+            self._has_obs |= ~keep
         observations = list(self._last_obs)
         return (observations, infos) if self._reset_gives_info else observations
 
@@ -196,20 +191,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             One entry per env: what the env's ``seed`` returned, or the seed kept for its next
             reset.
         """
-        self._engine.check_open("seed")
-        per_env = check_seed_list(seeds, self.num_envs, "seeds")
-        has_seed = self._engine.has_method("seed")
-        args = [(s,) if has else None for s, has in zip(per_env, has_seed, strict=True)]
-        returned = self._engine.apply("seed", args) if any(has_seed) else [None] * self.num_envs
-        self._engine.note_seeds(per_env)
-        out: list[Any] = []
-        for index, seed in enumerate(per_env):
-            if has_seed[index]:
-                out.append(returned[index])
-            else:
-                self._next_seeds[index] = seed
-                out.append(seed)
-        return out
+        return self._engine.seed(check_seed_list(seeds, self.num_envs, "seeds"))
 
     def close(self) -> None:
         """Close every env and (by default) kill its actor; calling it again does nothing.
@@ -246,12 +228,12 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         Returns:
             One result per env, in env order (None for a skipped env).
         """
-        self._engine.check_open(name)
         check_length("args_per_env", args_per_env, self.num_envs, "one argument tuple per env")
         method = name if name in WORKER_ENV_METHODS else "call"
         prefix = () if method == name else (name,)
         per_env = [None if a is None else (*prefix, *a) for a in args_per_env]
-        return self._engine.apply(method, per_env, [kwargs] * self.num_envs, name)
+        kwargs_per_env = [kwargs] * self.num_envs
+        return self._engine.call(method, per_env, kwargs_per_env, label=name, in_flight_ok=True)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Return attribute `name` of every env (needs actors made by `make_remote_class`)."""
@@ -259,7 +241,6 @@ class RayVectorEnv(VectorConstructors, FirstReady):
 
     def set_attr(self, name: str, values: Any) -> None:
         """Set attribute `name` of every env: a list or tuple gives one value per env."""
-        self._engine.check_open("set_attr")
         if isinstance(values, (list, tuple)):
             check_length("values", values, self.num_envs, "one value per env, or a single value")
             per_env = list(values)
@@ -274,24 +255,23 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         Compare with ``ray.nodes()`` or ``ray.get_runtime_context().get_node_id()``. Actors
         made by `make_remote_class` and worker actors have the ``node_id`` method this needs.
         """
-        self._engine.check_open("node_ids")
         return self._engine.node_ids()
 
     # -- properties ---------------------------------------------------------------------------
     @property
     def num_envs(self) -> int:
         """The number of envs."""
-        return self._engine.num_envs
+        return self._engine.spec.num_envs
 
     @property
     def remote_envs(self) -> tuple[ActorHandle[Any], ...]:
         """The actor handles: one per env, or one per worker for `from_env_fns`."""
-        return tuple(slot.actor for slot in self._engine.pool.slots)
+        return tuple(worker.actor for worker in self._engine.workers)
 
     @property
     def env_slices(self) -> tuple[slice, ...]:
         """The envs each actor of `remote_envs` holds, as slices of env indices."""
-        return tuple(slice(start, stop) for start, stop in self._engine.bounds)
+        return tuple(slice(w.envs.start, w.envs.stop) for w in self._engine.workers)
 
     @property
     def closed(self) -> bool:
@@ -329,22 +309,65 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         return f"{type(self).__name__}(num_envs={self.num_envs}{state})"
 
     # -- helpers ------------------------------------------------------------------------------
+    def _per_env(self, batch: Batch, reset: bool = False) -> list[Any]:
+        """The per-env results pfrl takes: each env's own, or rows of the batch (copies).
+
+        A reset gives ``(obs, info)`` per env (the caller drops the info for old gym).
+        """
+        if batch.rows is not None:
+            if reset:
+                return [r if r is None or is_obs_and_info(r) else (r, {}) for r in batch.rows]
+            return batch.rows
+        space = self._engine.spec.observation_space
+        observations = batch.observations
+        if self._copy and batch.shared:
+            observations = copy_batch(observations)
+        count = len(batch.infos)
+        rows = list(observations) if isinstance(observations, np.ndarray) else None
+        obs = rows if rows is not None else unstack(batch_space(space, count), observations)
+        if reset:
+            return list(zip(obs, batch.infos, strict=True))
+        rewards, terminations, truncations = (a.tolist() for a in batch.arrays())
+        if batch.old_api:
+            return list(zip(obs, rewards, terminations, batch.infos, strict=True))
+        return list(zip(obs, rewards, terminations, truncations, batch.infos, strict=True))
+
+    @staticmethod
+    def _gives_info(batch: Batch) -> bool:
+        """Whether the envs' ``reset`` gives gymnasium's ``(obs, info)`` (not old gym's obs)."""
+        if batch.rows is None:
+            return not batch.old_api
+        return all(is_obs_and_info(r) for r in batch.rows if r is not None)
+
+    def _action_batch(self, actions: Sequence[Any]) -> Any:
+        """The actions (one per env, as pfrl gives them) as the engine takes them.
+
+        For a Dict or Tuple space they are stacked into a batch; other spaces take the
+        sequence as it is (each env gets exactly its item).
+        """
+        space = self._engine.spec.action_space
+        if isinstance(space, (spaces.Dict, spaces.Tuple)) and self._engine.spec.uniform:
+            return stack(space, list(actions))
+        return actions
+
     def _env0_attr(self, name: str) -> Any:
+        spec = self._engine.spec
+        if name in ("action_space", "observation_space") and getattr(spec, name) is not None:
+            return getattr(spec, name)
         if name not in self._attr_cache:
-            self._engine.check_open(name)
-            slot = self._engine.pool.slots[0]
-            if not slot.batched and not hasattr(slot.actor, "get_attr"):
+            args: list[tuple[Any, ...] | None] = [None] * self.num_envs
+            args[0] = (name,)
+            try:
+                self._attr_cache[name] = self._engine.call("get_attr", args, in_flight_ok=True)[0]
+            except ValueError as err:  # a plain actor without `get_attr`
                 raise AttributeError(
                     f"`{name}` is unknown: env 0's actor has no `get_attr` method. Build the "
                     "actors with `make_remote_class`, or add `def get_attr(self, name)`."
-                )
-            args: list[tuple[Any, ...] | None] = [None] * self.num_envs
-            args[0] = (name,)
-            self._attr_cache[name] = self._engine.apply("get_attr", args)[0]
+                ) from err
         return self._attr_cache[name]
 
     def _check_in_space(self, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
-        if not self._engine.options.check_actions:
+        if not self._check_actions:
             return
         space = self.action_space
         for position, (env, action) in enumerate(zip(env_ids, actions, strict=True)):

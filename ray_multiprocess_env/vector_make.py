@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 from gymnasium.vector import AutoresetMode
 
-from ray_multiprocess_env._engine import Engine, Options, Pool
+from ray_multiprocess_env._engine import Engine, Options
 from ray_multiprocess_env._engine.options import check_positive_int, envs_per_worker_argument
 from ray_multiprocess_env.placement import plan_placement
 
@@ -21,7 +21,9 @@ __all__ = ["VectorConstructors"]
 class VectorConstructors:
     """The class methods that build a `RayVectorEnv` together with its actors."""
 
-    def _setup(self, engine: Engine, *, kill_on_close: bool = True) -> None:
+    def _setup(
+        self, engine: Engine, options: Options, *, kill_on_close: bool = True, copy: bool = True
+    ) -> None:
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
     def seed(self, seeds: int | Sequence[int | None] | None = None) -> list[Any]:
@@ -47,6 +49,7 @@ class VectorConstructors:
         check_actions: bool = False,
         transport: str | None = None,
         seed: int | Sequence[int | None] | None = None,
+        copy: bool = True,
     ) -> Self:
         """Build the envs from factories inside worker actors holding `envs_per_worker` each.
 
@@ -67,7 +70,9 @@ class VectorConstructors:
                 placement group made here is removed by `close`; `timeout` (60 s if None) also
                 bounds the wait for it.
             timeout: As for the constructor; it also bounds the workers' start.
-            autoreset_mode: Used by the gymnasium face's batched stepping only.
+            autoreset_mode: Checked, and otherwise unused: a `RayVectorEnv` never resets an
+                env by itself (pfrl resets finished envs with `reset(mask)`); accepted so that
+                every entry point takes the same options.
             on_actor_failure: ``"raise"`` (a worker that dies raises `EnvCrashedError` naming
                 its envs) or ``"restart"``: a worker that dies, or does not answer within
                 `timeout`, is replaced by a new one from the same factories (its envs reset
@@ -76,13 +81,16 @@ class VectorConstructors:
                 truncated, old-gym envs as not done with ``info["needs_reset"] = True``, both
                 with reward 0 and ``info["env_crashed"] = True``.
             check_actions: As for the constructor.
-            transport: How operations reach the workers: ``"auto"`` (named pipes to workers on
-                the driver's node, served on the envs' own thread, Ray calls to the others;
-                about 4x less overhead per call), ``"pipe"`` (the same; the vector env faces
-                `GymnasiumVectorEnv` and `SB3VecEnv` also share the batched arrays in memory
-                with ``"auto"``, not with ``"pipe"``) or ``"ray"`` (Ray calls only). None reads the
-                ``RAY_MULTIPROCESS_ENV_TRANSPORT`` environment variable (``"auto"`` if unset).
+            transport: How operations reach the workers: ``"auto"`` (workers on the driver's
+                node share the batch with it in memory and get a few bytes on a named pipe per
+                call, served on the envs' own thread; Ray calls to the others), ``"pipe"``
+                (pipes that carry everything, no shared memory) or ``"ray"`` (Ray calls only).
+                None reads the ``RAY_MULTIPROCESS_ENV_TRANSPORT`` environment variable
+                (``"auto"`` if unset).
             seed: As `seed` called right after construction.
+            copy: With True (default) each observation handed out is an array of its own; with
+                False, when the workers share memory with the driver, a row of the shared batch
+                that the next `step` or `reset` overwrites.
 
         Example:
             >>> import gymnasium as gym
@@ -103,8 +111,19 @@ class VectorConstructors:
             actor_options=actor_options,
             placement=placement,
         )
+        if not isinstance(copy, bool):
+            raise TypeError(f"`copy` must be True or False, got {copy!r}.")
         vec = cls.__new__(cls)
-        vec._setup(Engine(Pool.start(env_fns, per_worker, options)))
+        engine = Engine.start(
+            env_fns,
+            per_worker,
+            options,
+            name=cls.__name__,
+            info_layout="per_env",
+            uniform="prefer",
+            autoreset=False,
+        )
+        vec._setup(engine, options, copy=copy)
         if seed is not None:
             try:
                 vec.seed(seed)
@@ -172,13 +191,12 @@ class VectorConstructors:
             for index in range(count):
                 created = actor_class.options(**plan.options(index))
                 actors.append(created.remote(*args, **dict(kwargs or {})))
-            pool = Pool.of_actors(actors, options)
+            engine = Engine.of_actors(actors, options, name=cls.__name__, plan=plan)
         except BaseException:
             for actor in actors:
                 ray.kill(actor)
             plan.release()
             raise
-        pool.plan = plan
         vec = cls.__new__(cls)
-        vec._setup(Engine(pool))
+        vec._setup(engine, options)
         return vec

@@ -1,9 +1,12 @@
 """`EnvWorker`: the actor that holds K envs and steps them all in one call.
 
-One Ray call costs far more than a cheap env step, so a worker steps its K envs per call and
-returns their observations stacked. Seeds, autoreset (gymnasium's three modes) and per-env
-exception capture happen here, so an autoreset costs no extra round trip and a failure still
-names the global env index.
+One call to a worker costs far more than a cheap env step, so a worker steps its K envs per call
+and answers with complete rows: it writes each env's observation, reward and flags into its rows
+of the batch (the vector env's shared memory when the driver is on the same node, else arrays of
+its own that travel in the reply) and batches its envs' infos itself (`InfoBatcher`, gymnasium's
+layout, numeric keys in shared memory columns), so the driver joins nothing env by env. Seeds,
+autoreset (gymnasium's three modes) and per-env exception capture happen here too, so an
+autoreset costs no extra round trip and a failure still names the global env index.
 
 Every env method runs on one thread: the actor's main thread, which built the envs. Ray runs
 the calls of a plain (non-threaded) actor there, and the same-node pipe transport is served
@@ -16,19 +19,14 @@ from __future__ import annotations
 
 import os
 import threading
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env._shared_memory import BatchViews, SharedBatch, read_actions
-from ray_multiprocess_env._wire import HEADER, encode_reply, error_value, loads, read_exact
-from ray_multiprocess_env._wire import write_all as _write_all
-from ray_multiprocess_env.batch import copy_batch, stack, unstack
+from ray_multiprocess_env._protocol import pipes
+from ray_multiprocess_env._protocol.infos import InfoBatcher
 from ray_multiprocess_env.compat import (
     crashed_step,
     env_call,
@@ -36,12 +34,12 @@ from ray_multiprocess_env.compat import (
     env_has_attr,
     env_is_wrapped,
     env_set_attr,
-    reset_obs,
-    reset_with_seed,
 )
 from ray_multiprocess_env.errors import _EnvFailures
+from ray_multiprocess_env.worker_batch import Reply, WorkerBatch
+from ray_multiprocess_env.worker_rows import WorkerRows
 
-__all__ = ["WORKER_ENV_METHODS", "EnvWorker"]
+__all__ = ["INFO_LAYOUTS", "WORKER_ENV_METHODS", "EnvWorker"]
 
 #: The names `apply` runs as functions of the env (through gymnasium's wrapper-aware access).
 _ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
@@ -53,9 +51,8 @@ _ATTRIBUTE_METHODS: dict[str, Callable[..., Any]] = {
 }
 #: Those `RayVectorEnv.call_each` runs as such; SB3's ``has_attr`` is only for `SB3VecEnv`.
 WORKER_ENV_METHODS = tuple(name for name in _ATTRIBUTE_METHODS if name != "has_attr")
-
-#: Observations, rewards, terminations, truncations (None where shared memory holds them), infos.
-StepResult = tuple[Any, Any, Any, Any, dict[int, list[dict[str, Any]]]]
+#: How a worker hands out its envs' infos: gymnasium's batched dict, or one dict per env.
+INFO_LAYOUTS = ("batched", "per_env")
 
 
 class EnvWorker:
@@ -68,6 +65,7 @@ class EnvWorker:
         restart_seeds: Given when this worker replaces one that was lost: every env is reset
             at once with its seed, and its next ``step`` reports the lost episode as truncated
             with ``info["env_crashed"] = True`` instead of stepping.
+        info_layout: ``"batched"`` (gymnasium's dict) or ``"per_env"`` (a dict per env).
     """
 
     def __init__(
@@ -76,6 +74,7 @@ class EnvWorker:
         env_indices: Sequence[int],
         autoreset_mode: str = AutoresetMode.NEXT_STEP.value,
         restart_seeds: Sequence[int | None] | None = None,
+        info_layout: str = "batched",
     ) -> None:
         self._thread = threading.get_ident()
         self.env_indices = list(env_indices)
@@ -87,23 +86,20 @@ class EnvWorker:
                 raise RuntimeError(
                     f"env {index}: its factory raised {type(err).__name__}: {err}"
                 ) from err
-        self.autoreset_mode = AutoresetMode(autoreset_mode)
-        count = len(self.envs)
-        self._obs: list[Any] = [None] * count
-        self._obs_batch: Any = None
-        self._rewards = np.zeros(count, dtype=np.float64)
-        self._terminations = np.zeros(count, dtype=np.bool_)
-        self._truncations = np.zeros(count, dtype=np.bool_)
-        self._autoreset = [False] * count
-        self._next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        self._action_batch_space = batch_space(self.envs[0].action_space, count)
-        self._lost: list[Any] = [None] * count  # reset results of envs whose episode was lost
-        self._shared: BatchViews | None = None  # this worker's rows of the shared arrays
+        self._observation_space: Any = getattr(self.envs[0], "observation_space", None)
+        self._action_space: Any = getattr(self.envs[0], "action_space", None)
+        self._rows = WorkerRows(
+            self._observation_space, self._action_space, len(self.envs), self._mismatch() is None
+        )
+        self._batch = WorkerBatch(
+            self.envs,
+            self.env_indices,
+            self._rows,
+            AutoresetMode(autoreset_mode),
+            info_layout == "batched",
+        )
         if restart_seeds is not None:
-            for k, env in enumerate(self.envs):
-                self._lost[k] = reset_with_seed(env, restart_seeds[k])
-                self._obs[k] = reset_obs(self._lost[k])
+            self._batch.restarted(restart_seeds)
 
     # -- the two ways in: a Ray call, or the same-node pipe ------------------------------------
     def handle(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -119,31 +115,42 @@ class EnvWorker:
         Holds the main thread, so the envs stay on the thread that built them; every
         operation must then come over the pipe (Ray calls would wait behind this one).
         """
-        done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
-        go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
         try:
-            while True:
-                header = read_exact(go_fd, HEADER.size)
-                payload = None if header is None else read_exact(go_fd, HEADER.unpack(header)[1])
-                if header is None or payload is None:
-                    return  # the driver closed the pipe (or died)
-                op = "?"
-                try:
-                    op, args = loads(payload)
-                    ok, value = True, self.handle(op, args)
-                except Exception as err:
-                    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-                    ok, value = False, (error_value(err), text)
-                seq = HEADER.unpack(header)[0]
-                _write_all(done_fd, encode_reply(seq, ok, value, self.env_indices, op))
-        except OSError:
-            return  # the driver went away mid-message
+            pipes.serve(self.handle, self.env_indices, go, done)
         finally:
-            os.close(go_fd)
-            os.close(done_fd)
             self._unshare()  # Ray calls answer with arrays again
 
-    # -- operations ---------------------------------------------------------------------------
+    # -- the batch ------------------------------------------------------------------------------
+    def _op_reset(
+        self,
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
+        mask: Sequence[bool] | None,
+    ) -> Reply:
+        """Reset the envs (those with a True `mask` entry only, if given), like gymnasium."""
+        return self._batch.reset(seeds, options, mask)
+
+    def _op_step(self, actions: Any, positions: Sequence[int] | None = None) -> Reply:
+        """Step the envs (those at `positions` only, if given) with gymnasium's autoreset."""
+        return self._batch.step(actions, positions)
+
+    def _op_share(self, spec: dict[str, Any], start: int, stop: int) -> None:
+        """Use rows ``start..stop-1`` of the driver's shared arrays (`shared_layout`).
+
+        From now on the actions of a ``step`` sent as None are read from them, and steps and
+        resets write their rows there and answer None in their place.
+        """
+        self._rows.share(spec, start, stop)
+
+    def _op_share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Write numeric info keys that have a column in shared memory there (`ColumnBlock`)."""
+        self._batch.batcher = InfoBatcher(self._rows.share_infos(specs))
+
+    def _unshare(self) -> None:
+        self._rows.unshare()
+        self._batch.batcher = InfoBatcher()
+
+    # -- calls on envs --------------------------------------------------------------------------
     def _op_apply(
         self,
         method: str,
@@ -163,8 +170,10 @@ class EnvWorker:
         ):
             if args is None:
                 continue
-            if method == "step" and self._lost[k] is not None:
-                results[k], self._lost[k] = crashed_step(self._lost[k]), None
+            lost = self._batch.lost
+            if method == "step" and lost[k] is not None:
+                obs, info, old_api = lost[k]
+                results[k], lost[k] = crashed_step(obs if old_api else (obs, info)), None
                 continue
             try:
                 function = _ATTRIBUTE_METHODS.get(method)
@@ -173,131 +182,35 @@ class EnvWorker:
                 else:
                     results[k] = getattr(env, method)(*args, **kwargs)
             except Exception as err:
-                failures.append(self._failure(k, err))
+                failures.append(self._batch.failure(k, err))
                 continue
             if method == "reset":
-                self._lost[k] = None
+                self._batch.lost[k] = None
         if failures:
             raise _EnvFailures(method, failures)
         return results
 
-    def _op_reset(
-        self,
-        seeds: Sequence[int | None],
-        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
-        mask: Sequence[bool] | None,
-    ) -> tuple[Any, dict[int, list[dict[str, Any]]]]:
-        """Reset the envs (those with a True `mask` entry only, if given), like gymnasium.
-
-        `options` is one dict for every env, or one (dict or None) per env.
-
-        Returns:
-            The stacked observations of all K envs (unreset envs keep their last one) and, for
-            each env (by position in this worker) with a non-empty info, the info dicts to add
-            to the vector info in order.
-        """
-        infos: dict[int, list[dict[str, Any]]] = {}
-        failures = []
-        for k, env in enumerate(self.envs):
-            if mask is not None and not mask[k]:
-                continue
-            self._terminations[k] = self._truncations[k] = self._autoreset[k] = False
-            self._lost[k] = None
-            try:
-                env_options = (
-                    options if options is None or isinstance(options, dict) else options[k]
-                )
-                self._obs[k], info = env.reset(seed=seeds[k], options=env_options)
-            except Exception as err:
-                failures.append(self._failure(k, err))
-                continue
-            if info:
-                infos[k] = [info]
-        if failures:
-            raise _EnvFailures("reset", failures)
-        observations = self._stacked_obs()
-        return (None if self._shared is not None else observations), infos
-
-    def _op_step(self, actions: Any, positions: Sequence[int] | None = None) -> StepResult:
-        """Step the K envs (or those at `positions`) with gymnasium's autoreset semantics.
-
-        An env that raises keeps its state and the others step as usual (their autoreset state
-        included); the failures are raised together afterwards, with the step result of the
-        others attached.
-
-        Returns:
-            Stacked observations, rewards, terminations and truncations of the envs stepped,
-            and the info dicts of those that have any, by position (as ``reset``).
-        """
-        if actions is None and self._shared is not None:  # the driver put them in shared memory
-            actions = read_actions(self._shared, self.envs[0].action_space)
-        if positions is None:
-            positions = range(len(self.envs))
-            single_actions = unstack(self._action_batch_space, actions)
-        else:
-            positions = list(positions)
-            space = batch_space(self.envs[0].action_space, len(positions))
-            single_actions = unstack(space, actions)
-        infos: dict[int, list[dict[str, Any]]] = {}
-        failures = []
-        for k, action in zip(positions, single_actions, strict=True):
-            if self._lost[k] is not None:
-                infos[k] = self._report_lost(k)
-                continue
-            try:
-                info = self._step_one(k, action, infos)
-            except Exception as err:
-                failures.append(self._failure(k, err))
-                self._rewards[k], self._terminations[k], self._truncations[k] = 0.0, False, False
-                continue
-            if info:
-                infos.setdefault(k, []).append(info)
-        result = self._step_result(positions, infos)
-        if failures:
-            raise _EnvFailures("step", failures, partial=self._materialized(result))
-        return result
-
-    def _op_share(self, spec: dict[str, Any], start: int, stop: int) -> None:
-        """Use rows ``start..stop-1`` of the driver's shared arrays (`_shared_memory`).
-
-        From now on the actions of a ``step`` sent as None are read from them, and full steps
-        and resets write their observations, rewards, terminations and truncations there and
-        answer None in their place.
-        """
-        views = SharedBatch.attach(spec).views(start, stop)
-        for mine, shared in (
-            (self._rewards, views.rewards),
-            (self._terminations, views.terminations),
-            (self._truncations, views.truncations),
-        ):
-            shared[...] = mine
-        self._rewards, self._terminations = views.rewards, views.terminations
-        self._truncations = views.truncations
-        self._obs_batch, self._shared = views.observations, views
-
-    def _unshare(self) -> None:
-        if self._shared is not None:
-            self._rewards, self._terminations = self._rewards.copy(), self._terminations.copy()
-            self._truncations, self._obs_batch = self._truncations.copy(), None
-            self._shared = None
-
     def _op_describe(self) -> dict[str, Any]:
-        """The spaces, metadata and render mode of the first env, checked against the others."""
+        """The spaces, metadata and render mode of the first env; `mismatch` names another's."""
+        first = self.envs[0]
+        return {
+            "observation_space": self._observation_space,
+            "action_space": self._action_space,
+            "metadata": dict(getattr(first, "metadata", {}) or {}),
+            "render_mode": getattr(first, "render_mode", None),
+            "mismatch": self._mismatch(),
+        }
+
+    def _mismatch(self) -> str | None:
         first = self.envs[0]
         for index, env in zip(self.env_indices, self.envs, strict=True):
             for space in ("observation_space", "action_space"):
-                if getattr(env, space) != getattr(first, space):
-                    raise ValueError(
-                        f"env {index} has {space} {getattr(env, space)} but env "
-                        f"{self.env_indices[0]} has {getattr(first, space)}; every env of a "
-                        "vector env needs the same spaces."
+                if getattr(env, space, None) != getattr(first, space, None):
+                    return (
+                        f"env {index} has {space} {getattr(env, space, None)} but env "
+                        f"{self.env_indices[0]} has {getattr(first, space, None)}"
                     )
-        return {
-            "observation_space": first.observation_space,
-            "action_space": first.action_space,
-            "metadata": dict(getattr(first, "metadata", {}) or {}),
-            "render_mode": getattr(first, "render_mode", None),
-        }
+        return None
 
     def _op_has_method(self, name: str) -> list[bool]:
         """Whether each env has a callable attribute `name` (e.g. old gym's ``seed``)."""
@@ -318,70 +231,6 @@ class EnvWorker:
             try:
                 env.close()
             except Exception as err:
-                failures.append(self._failure(k, err))
+                failures.append(self._batch.failure(k, err))
         if failures:
             raise _EnvFailures("close", failures)
-
-    # -- helpers ------------------------------------------------------------------------------
-    def _step_one(self, k: int, action: Any, infos: dict[int, list[dict[str, Any]]]) -> Any:
-        env = self.envs[k]  # (the hot path: mode flags and `_autoreset` are plain Python)
-        if self._next_step and self._autoreset[k]:
-            self._obs[k], info = env.reset()
-            self._rewards[k], self._terminations[k], self._truncations[k] = 0.0, False, False
-            self._autoreset[k] = False
-            return info
-        obs, reward, terminated, truncated, info = env.step(action)
-        self._obs[k], self._rewards[k] = obs, reward
-        self._terminations[k], self._truncations[k] = terminated, truncated
-        self._autoreset[k] = bool(terminated or truncated)
-        if self._same_step and (terminated or truncated):
-            infos[k] = [{"final_obs": obs, "final_info": info}]
-            self._obs[k], info = env.reset()
-        return info
-
-    def _report_lost(self, k: int) -> list[dict[str, Any]]:
-        """Report env `k`'s episode, lost with the worker it ran in, as truncated (reward 0)."""
-        reset_result, self._lost[k] = self._lost[k], None
-        reset_info = reset_result[1] if isinstance(reset_result, tuple) else {}
-        self._rewards[k], self._terminations[k], self._truncations[k] = 0.0, False, True
-        self._autoreset[k] = self._next_step
-        info = {**reset_info, "env_crashed": True}
-        if self._same_step:
-            final = {"final_obs": self._obs[k], "final_info": {"env_crashed": True}}
-            return [final, info]
-        return [info]
-
-    def _step_result(
-        self, positions: Sequence[int], infos: dict[int, list[dict[str, Any]]]
-    ) -> StepResult:
-        """Observations (stacked), rewards, terminations and truncations of `positions`."""
-        index = list(positions)
-        if index == list(range(len(self.envs))):
-            observations = self._stacked_obs()  # all envs: reuse the batch buffer
-            if self._shared is not None:  # all of it is in shared memory already
-                return None, None, None, None, infos
-        else:
-            observations = stack(self.envs[0].observation_space, [self._obs[k] for k in index])
-        return (
-            observations,
-            self._rewards[index],
-            self._terminations[index],
-            self._truncations[index],
-            infos,
-        )
-
-    def _materialized(self, result: StepResult) -> StepResult:
-        """`result` with arrays (copies) where shared memory answered None."""
-        if result[0] is not None or self._shared is None:
-            return result
-        shared = self._shared
-        arrays = (shared.observations, shared.rewards, shared.terminations, shared.truncations)
-        return (*(copy_batch(a) for a in arrays), result[4])
-
-    def _stacked_obs(self) -> Any:
-        self._obs_batch = stack(self.envs[0].observation_space, self._obs, self._obs_batch)
-        return self._obs_batch
-
-    def _failure(self, k: int, err: Exception) -> tuple[int, str, str, str]:
-        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        return (self.env_indices[k], type(err).__name__, str(err), text)

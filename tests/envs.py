@@ -327,3 +327,38 @@ class GraphActionEnv(gym.Env[np.ndarray, tuple]):
         graph, choice = action
         obs = np.array([len(graph.nodes), int(choice)], dtype=np.int64)
         return obs, 0.0, False, False, {}
+
+
+class ShiftingInfoEnv(gym.Env[np.ndarray, int]):
+    """Infos that test their batching; episodes end after 3 to 6 steps (seeded).
+
+    Numeric keys every step, keys only at an episode's end, a key whose array shape changes
+    (`shape_size`, set from outside), one whose type changes, text, and a nested dict.
+    """
+
+    shape_size = 1
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(3, 7))
+        return np.zeros(2), {"length": self.length}
+
+    def step(self, action: int):
+        self.t += 1
+        x = float(self.np_random.normal())
+        done = self.t >= self.length
+        info: dict[str, Any] = {
+            "x": x,
+            "lives": np.int32(self.length - self.t),
+            "shape": np.zeros(self.shape_size),  # when it changes, it no longer fits its column
+            "maybe_int": self.t if self.t % 2 else float(self.t),  # int, then float
+            "note": f"t{self.t}",
+        }
+        if done:
+            info["episode"] = {"r": float(self.t), "l": self.t}
+            info["at_end"] = np.float32(x)
+        return np.array([x, self.t]), float(action), done, False, info

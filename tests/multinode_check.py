@@ -145,7 +145,7 @@ def check_unsatisfiable_restart(cluster: Cluster, node: Any) -> dict[str, Any]:
         raise AssertionError("stepping on after losing a STRICT_SPREAD node did not fail")
     failed_after = time.monotonic() - start
     assert "STRICT_SPREAD" in message, message
-    assert "did not start within 10" in message, message
+    assert "did not start within 30" in message, message
     start = time.monotonic()
     envs.close()
     closed_after = time.monotonic() - start

@@ -26,6 +26,7 @@ from ray_multiprocess_env import (
 from ray_multiprocess_env.env_factories import EnvBuilder, env_factories, takes_index
 from ray_multiprocess_env.runtime import ray_cpus
 from tests.envs import FlakyEnv
+from tests.helpers import engine_options, env_slices
 
 
 def _indexed(index):
@@ -151,7 +152,7 @@ def test_num_envs_alone_uses_the_cpus_ray_offers():
             wrappers=[gym.wrappers.RecordEpisodeStatistics],
         )
     ) as envs:
-        assert len(envs._engine.bounds) == min(4, cpus)
+        assert len(env_slices(envs)) == min(4, cpus)
         envs.reset(seed=0)
         envs.step(np.zeros(4, dtype=np.int64))
         _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
@@ -173,7 +174,7 @@ def test_todays_calls_keep_working():
         envs = make_vector_env(_indexed, 2, 3)
     with contextlib.closing(envs):
         assert envs.num_envs == 6
-        assert envs._engine.bounds == [(0, 3), (3, 6)]
+        assert env_slices(envs) == [(0, 3), (3, 6)]
     with pytest.warns(DeprecationWarning, match=r"make_env=\.\.\.\)` is deprecated"):
         envs = make_vector_env(make_env=_indexed, num_workers=1, envs_per_worker=2)
     envs.close()
@@ -235,10 +236,10 @@ def test_every_entry_point_takes_every_engine_option(entry):
         "placement": None,
     }
     with contextlib.closing(ENTRY_POINTS[entry](**options)) as envs:
-        engine = envs._engine
-        assert (engine.options.timeout, engine.options.on_actor_failure) == (30.0, "restart")
-        assert engine.options.transport == "pipe"
-        assert dict(engine.options.actor_options) == {"num_cpus": 0.5}
+        engine = engine_options(envs)
+        assert (engine.timeout, engine.on_actor_failure) == (30.0, "restart")
+        assert engine.transport == "pipe"
+        assert dict(engine.actor_options) == {"num_cpus": 0.5}
 
 
 def test_sync_vector_env_is_the_reference_for_a_factory_too():

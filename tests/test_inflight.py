@@ -10,13 +10,13 @@ import pytest
 
 from ray_multiprocess_env import RayVectorEnv, make_remote_class
 from tests.envs import FlakyEnv, TwoAgentEnv, TwoAgentHolder
-from tests.test_vector import LAYOUTS, _flaky_vec, wait_until_ready
+from tests.helpers import LAYOUTS, flaky_vec, wait_until_ready
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_step_async_then_step_wait_equals_step(layout):
     """step_async + step_wait give what step gives; misuse is a clear error."""
-    with _flaky_vec(3, layout) as a, _flaky_vec(3, layout) as b:
+    with flaky_vec(3, layout) as a, flaky_vec(3, layout) as b:
         a.reset()
         b.reset()
         a.step_async([1, 2, 0])
@@ -36,7 +36,7 @@ def test_first_ready_results_match_synchronous_stepping(layout):
     num_envs, rounds = 4, 6
     rng = random.Random(0)
     actions = [[rng.randrange(3) for _ in range(rounds)] for _ in range(num_envs)]
-    with _flaky_vec(num_envs, layout) as vec:
+    with flaky_vec(num_envs, layout) as vec:
         vec.seed(0)
         vec.reset()
         vec.set_attr("delay", [0.0, 0.05, 0.01, 0.03])
@@ -68,7 +68,7 @@ def test_first_ready_results_match_synchronous_stepping(layout):
 
 def test_async_reset_comes_back_as_a_step_with_zero_reward():
     """After async_reset, recv returns (obs, 0.0, False, False, info) per env, like envpool."""
-    with _flaky_vec(2, "workers-of-2") as vec:
+    with flaky_vec(2, "workers-of-2") as vec:
         vec.seed(3)
         vec.async_reset()
         env_ids, (obs, rewards, terminated, truncated, _) = vec.recv()
@@ -81,7 +81,7 @@ def test_async_reset_comes_back_as_a_step_with_zero_reward():
 
 def test_send_recv_errors_and_timeout():
     """Busy envs, bad env ids and nothing in flight are clear errors; a timeout keeps envs out."""
-    vec = _flaky_vec(3, "actor-per-env", timeout=30.0)
+    vec = flaky_vec(3, "actor-per-env", timeout=30.0)
     wait_until_ready(vec)
     vec.reset()
     with pytest.raises(RuntimeError, match=r"`recv` was called with nothing in flight"):
@@ -116,7 +116,7 @@ def test_send_recv_errors_and_timeout():
 
 def test_reset_one_env_while_others_are_in_flight():
     """reset_env resets a finished env while the others still step (RLlib's try_reset)."""
-    with _flaky_vec(3, "actor-per-env") as vec:
+    with flaky_vec(3, "actor-per-env") as vec:
         vec.reset()
         vec.set_attr("delay", [0.0, 1.0, 1.0])
         vec.send([2, 2], [1, 2])
@@ -155,7 +155,7 @@ def test_multi_agent_dict_envs_pass_through_untouched():
 
 def test_send_refuses_bad_id_types_and_a_pending_step_async():
     """Non-int env ids and send during a pending step_async are clear errors."""
-    with _flaky_vec(2, "actor-per-env") as vec:
+    with flaky_vec(2, "actor-per-env") as vec:
         vec.reset()
         with pytest.raises(TypeError, match=r"`env_ids` must be a list of env indices"):
             vec.send([0], 1)
@@ -171,7 +171,7 @@ def test_send_refuses_bad_id_types_and_a_pending_step_async():
 
 def test_reset_env_and_send_refuse_a_pending_step_async():
     """reset_env and send during a pending step_async raise AlreadyPendingCallError."""
-    with _flaky_vec(2, "workers-of-2") as vec:
+    with flaky_vec(2, "workers-of-2") as vec:
         vec.reset()
         vec.step_async([1, 1])
         with pytest.raises(gym.error.AlreadyPendingCallError, match=r"`reset_env` was called"):

@@ -17,6 +17,7 @@ from ray_multiprocess_env import (
     plan_placement,
 )
 from tests.envs import GymHolder
+from tests.helpers import placement_group_of
 
 
 def _cartpole(index: int = 0) -> gym.Env:
@@ -43,7 +44,7 @@ def test_strategy_names_reserve_one_bundle_per_worker_and_close_removes_it(strat
         actor_options={"num_cpus": 0.25},
         seed=0,
     )
-    group = envs._engine.pool.plan.placement_group
+    group = placement_group_of(envs)
     assert group.bundle_specs == [{"CPU": 0.25}, {"CPU": 0.25}]
     assert _state(group) == "CREATED"
     obs, _ = envs.reset()
@@ -215,8 +216,8 @@ def test_sb3_and_the_vector_entry_point_pass_placement_through():
         2, env_id="CartPole-v1", placement="SPREAD", actor_options={"num_cpus": 0.25}
     )
     groups = [
-        sb3_envs._engine.pool.plan.placement_group,
-        gym_envs._engine.pool.plan.placement_group,
+        placement_group_of(sb3_envs),
+        placement_group_of(gym_envs),
     ]
     assert [group.bundle_count for group in groups] == [2, 2]
     assert sb3_envs.reset().shape == (2, 4)

@@ -18,9 +18,9 @@ from ray_multiprocess_env import (
     RayVectorEnv,
     SB3VecEnv,
 )
-from ray_multiprocess_env._engine.pool import restart_seed
+from ray_multiprocess_env._engine.seeds import restart_seed
 from tests.envs import EndOnTwoEnv, FlakyEnv
-from tests.test_vector import assert_killed, worker_pids
+from tests.helpers import assert_killed, worker_pids
 
 pytestmark = pytest.mark.slow
 
@@ -225,7 +225,7 @@ def test_a_restart_settles_the_first_ready_calls_of_the_old_worker():
     """A worker restarted by another call: its envs in flight come back as lost episodes."""
     vec = RayVectorEnv.from_env_fns(
         [FlakyEnv] * 2, envs_per_worker=2, timeout=3.0, on_actor_failure="restart"
-    )  # 3 s: the new worker must start within it too, on a loaded machine
+    )
     vec.async_reset()
     vec.recv()
     vec.set_attr("delay", [10.0, 0.0])

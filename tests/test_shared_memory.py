@@ -1,4 +1,4 @@
-"""The shared-memory data plane of ``transport="auto"`` (`_shared_memory.py`).
+"""The shared-memory transport of ``transport="auto"`` (`transports/shared_memory.py`).
 
 Same results as gymnasium's `SyncVectorEnv` for every covered space, the ``copy`` option, the
 fallbacks (spaces not covered, actions of another dtype), restarts, and nothing left behind.
@@ -17,26 +17,23 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine import pipes
-from ray_multiprocess_env._shared_memory import write_actions
+from ray_multiprocess_env._engine.store import BatchStore
+from ray_multiprocess_env._engine.transports import shared_memory
+from ray_multiprocess_env._protocol.shared_layout import write_actions
 from ray_multiprocess_env.batch import copy_batch
 from tests.envs import NestedSpacesEnv
-from tests.test_vector import assert_killed, wait_until_ready, worker_pids
+from tests.helpers import (
+    assert_killed,
+    memory_files,
+    transport_kinds,
+    wait_until_ready,
+    worker_pids,
+)
 
 
 def _shared(envs):
-    """Whether each worker's link has shared memory."""
-    return [getattr(slot.link, "views", None) is not None for slot in envs._engine.pool.slots]
-
-
-def _memory_files():
-    """This process's open anonymous memory files of ours."""
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:ray-multiprocess-env"):
-                found.append(fd)
-    return found
+    """Whether each worker shares memory with the driver."""
+    return [kind == "shared_memory" for kind in transport_kinds(envs)]
 
 
 def _equal(a, b):
@@ -79,19 +76,26 @@ def test_actions_go_through_shared_memory_unless_their_dtype_differs(monkeypatch
 
     float64 actions for a float32 Box reach the env as float64, as they would in-process.
     """
-    written = []
+    written, copied = [], []
 
     def spy(*args):
         written.append(write_actions(*args))
         return written[-1]
 
-    monkeypatch.setattr(pipes, "write_actions", spy)
+    put = BatchStore.put
+
+    def put_spy(self, start, positions, reply):
+        copied.append(reply[0] is not None)
+        put(self, start, positions, reply)
+
+    monkeypatch.setattr(shared_memory, "write_actions", spy)
+    monkeypatch.setattr(BatchStore, "put", put_spy)
     with contextlib.closing(GymnasiumVectorEnv([NestedSpacesEnv] * 2, envs_per_worker=1)) as envs:
         envs.reset(seed=0)
         move = np.zeros((2, 2), dtype=np.float32)
         *_, info = envs.step({"move": move, "pick": np.array([1, 2])})
         assert list(info["action_dtype"]) == ["float32"] * 2
-        assert envs._engine.whole_batch(envs._worker_obs) is not None  # replies from the memory
+        assert not any(copied)  # the replies carried no arrays: they are in shared memory
         *_, info = envs.step({"move": move.astype(np.float64), "pick": np.array([1, 2])})
         assert list(info["action_dtype"]) == ["float64"] * 2
     assert written == [True, True, False, False]
@@ -137,13 +141,13 @@ def test_spaces_not_covered_are_serialized():
 
 def test_the_memory_is_released_by_close():
     """No memory file stays open once the vector env is closed; nothing is left in /dev/shm."""
-    before = set(_memory_files())
+    before = set(memory_files())
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     envs = GymnasiumVectorEnv([NestedSpacesEnv] * 2, envs_per_worker=1)
-    assert set(_memory_files()) - before  # the file, and the mapping's own descriptor
+    assert set(memory_files()) - before  # the file, and the mapping's own descriptor
     envs.reset(seed=0)
     envs.close()
-    assert set(_memory_files()) == before
+    assert set(memory_files()) == before
     if os.path.isdir("/dev/shm"):
         assert set(os.listdir("/dev/shm")) <= shm_before
 

@@ -29,14 +29,10 @@ from ray_multiprocess_env import (
     RemoteEnvError,
 )
 from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
-from tests.test_vector import assert_killed, worker_pids
+from tests.helpers import assert_killed, transport_kinds, worker_pids
 
 TRANSPORTS = ["auto", "pipe", "ray"]
 _cartpole = functools.partial(gym.make, "CartPole-v1")
-
-
-def _links(envs):
-    return [slot.link.kind for slot in envs._engine.pool.slots]
 
 
 @contextlib.contextmanager
@@ -74,18 +70,22 @@ def _main_module_class():
 
 
 def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
-    """`transport="auto"` serves local workers over pipes; "ray" and the variable opt out."""
+    """`transport="auto"` serves local workers over pipes and shared memory; "pipe", "ray" too."""
     with contextlib.closing(
         GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="auto")
     ) as envs:
-        assert _links(envs) == ["pipe", "pipe"]
+        assert transport_kinds(envs) == ["shared_memory", "shared_memory"]
+    with contextlib.closing(
+        GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="pipe")
+    ) as envs:
+        assert transport_kinds(envs) == ["pipe", "pipe"]
     with contextlib.closing(
         GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="ray")
     ) as envs:
-        assert _links(envs) == ["ray", "ray"]
+        assert transport_kinds(envs) == ["ray", "ray"]
     monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "ray")
     with contextlib.closing(GymnasiumVectorEnv([_cartpole] * 2, envs_per_worker=2)) as envs:
-        assert _links(envs) == ["ray"]
+        assert transport_kinds(envs) == ["ray"]
 
 
 def test_a_bad_transport_is_named(monkeypatch):

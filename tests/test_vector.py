@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import ray
-from ray.exceptions import RayActorError
 
 from ray_multiprocess_env import (
     ClosedEnvError,
@@ -25,50 +23,14 @@ from ray_multiprocess_env.errors import RemoteFailure
 from tests.envs import (
     BridgeHolder,
     FlakyEnv,
-    FlakyHolder,
     GymHolder,
     PlainStepEnv,
     SeedStyleEnv,
 )
+from tests.helpers import LAYOUTS, RemoteFlaky, assert_killed, flaky_vec, wait_until_ready
 
 RemoteGym = make_remote_class(GymHolder, "env", gym.Env)
 RemoteBridge = make_remote_class(BridgeHolder, "env", GymAPIBridge)
-RemoteFlaky = make_remote_class(FlakyHolder, "env", gym.Env)
-
-
-LAYOUTS = ["actor-per-env", "workers-of-2"]
-
-
-def _flaky_vec(num_envs, layout, vec_class=RayVectorEnv, **kwargs):
-    """Flaky envs in one actor each, or in workers of two envs (``from_env_fns``)."""
-    if layout == "actor-per-env":
-        return vec_class([RemoteFlaky.remote() for _ in range(num_envs)], **kwargs)
-    return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_worker=2, **kwargs)
-
-
-def wait_until_ready(vec):
-    """Wait for the actors to start, so a short `timeout` does not count their start-up."""
-    vec.node_ids()
-
-
-def worker_pids(envs):
-    """The process id of each worker of `envs` (any face), asked through its engine."""
-    engine = envs._engine
-    return engine.run("pid", [()] * len(engine.bounds), "pid")
-
-
-def assert_killed(actor, within=30.0):
-    """Wait (bounded) until `actor` is dead; `ray.kill` takes effect asynchronously."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.__ray_ready__.remote(), timeout=1.0)
-        except RayActorError:
-            return
-        except ray.exceptions.GetTimeoutError:  # serving its pipe: alive
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"actor {actor} is still alive {within} s after close()")
 
 
 def _sample_actions(envs, seed):
@@ -231,7 +193,7 @@ class RenderingVec(RayVectorEnv):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_subclass_adds_fan_out_methods(layout):
     """A subclass adds fan-out methods through call, call_each and remote_envs."""
-    with _flaky_vec(2, layout, RenderingVec) as vec:
+    with flaky_vec(2, layout, RenderingVec) as vec:
         vec.reset()
         vec.step([1, 2])
         frames = vec.render_all()
@@ -246,7 +208,7 @@ def test_subclass_adds_fan_out_methods(layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_wrong_number_of_actions_fails_before_any_remote_call(layout):
     """A wrong action count raises ValueError and leaves every env untouched."""
-    with _flaky_vec(2, layout) as vec:
+    with flaky_vec(2, layout) as vec:
         vec.reset()
         with pytest.raises(ValueError, match=r"`actions` has 3 entries but there are 2 envs"):
             vec.step([1, 1, 1])
@@ -274,7 +236,7 @@ def test_bad_mask(mask, error, match):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_mask_before_first_reset(layout):
     """Skipping an env that never had an observation names the env and the fix."""
-    with _flaky_vec(2, layout) as vec:
+    with flaky_vec(2, layout) as vec:
         with pytest.raises(ValueError, match=r"env 1 has no observation yet"):
             vec.reset([False, True])
 
@@ -340,7 +302,7 @@ def test_close_can_keep_actors():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_env_exception_names_env_and_method_and_keeps_traceback(layout):
     """An exception in env 1 names env 1 and `step`, keeps the remote traceback; env 1 recovers."""
-    with _flaky_vec(3, layout) as vec:
+    with flaky_vec(3, layout) as vec:
         vec.reset()
         vec.step([1, 1, 1])
         with pytest.raises(RemoteEnvError, match=r"env 1 failed in `step`: ValueError") as info:
@@ -360,7 +322,7 @@ def test_env_exception_names_env_and_method_and_keeps_traceback(layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_several_failing_envs_are_all_named(layout):
     """When several envs fail in one call the error lists all of them."""
-    with _flaky_vec(3, layout) as vec:
+    with flaky_vec(3, layout) as vec:
         vec.reset()
         with pytest.raises(RemoteEnvError, match=r"env 0 failed in `step` \(env\(s\) \[2\]"):
             vec.step([-1, 0, -2])
@@ -372,7 +334,7 @@ def test_timeout_names_the_slow_env(caplog, layout):
 
     With workers, the whole worker of the slow env is named: its envs answer together.
     """
-    vec = _flaky_vec(2, layout, timeout=1.0)
+    vec = flaky_vec(2, layout, timeout=1.0)
     actors = vec.remote_envs
     wait_until_ready(vec)
     late = "[1]" if layout == "actor-per-env" else "[0, 1]"

@@ -41,6 +41,8 @@ FAILURE_POLICIES = ("raise", "restart")
 TRANSPORT_VARIABLE = "RAY_MULTIPROCESS_ENV_TRANSPORT"
 #: Seconds a restart or a `close` may take when `timeout` is None.
 DEFAULT_BOUND_S = 60.0
+#: Seconds a worker's start is given at least: a process start takes seconds on a busy machine.
+MIN_START_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +108,16 @@ class Options:
     def bound(self) -> float:
         """Seconds a restart or a `close` may take: `timeout`, or 60 s if it is None."""
         return DEFAULT_BOUND_S if self.timeout is None else self.timeout
+
+    @property
+    def start_bound(self) -> float | None:
+        """Seconds the workers' first start may take: `timeout`, at least 30 s; None: no bound."""
+        return None if self.timeout is None else max(self.timeout, MIN_START_S)
+
+    @property
+    def restart_bound(self) -> float:
+        """Seconds a restart may take: `bound`, at least 30 s."""
+        return max(self.bound, MIN_START_S)
 
 
 def check_worker_options(actor_options: Mapping[str, Any]) -> None:

@@ -1,276 +1,205 @@
-"""The worker pool: start, place and connect workers, map envs to them, restart, close.
+"""The worker pool: the workers and their envs, restart policy, kill.
 
-A `Slot` is one worker: an `EnvWorker` actor holding envs ``start..stop-1`` (``batched``), or a
-plain env actor of the user's holding one env. Each slot talks over one transport link, chosen
-when it connects: pipes for an `EnvWorker` on the driver's node (``transport="auto"``), Ray calls
-otherwise. A restarted slot gets a new actor and a new `generation`, so late news about the old
-one is recognised.
+A `Worker` holds envs ``envs`` (a range of global indices) and talks over one transport. The
+pool starts its workers through a `Launcher` (Ray actors, placed on a cluster: `RayLauncher`;
+threads in this process for the engine's tests: `InProcessLauncher`), restarts a lost one from
+the same factories (``on_actor_failure="restart"``) with a new `generation`, so late news about
+the old one is recognised, and kills them all at the end.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-import numpy as np
-import ray
-from ray.exceptions import GetTimeoutError, RayError
-
-from ray_multiprocess_env._engine.options import (
-    Options,
-    check_env_fns,
-    check_positive_int,
-    check_worker_options,
-)
-from ray_multiprocess_env._engine.pipes import PipeLink, pipes_supported
-from ray_multiprocess_env._engine.transport import RayLink, remaining
-from ray_multiprocess_env._engine.wait import deadline_in
-from ray_multiprocess_env._shared_memory import SharedBatch
+from ray_multiprocess_env._engine.options import MIN_START_S, Options
+from ray_multiprocess_env._engine.seeds import SeedBook
+from ray_multiprocess_env._engine.transports.base import Ticket, Transport, deadline_in
+from ray_multiprocess_env._engine.transports.waiting import wait_tickets
+from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env.errors import EnvCrashedError
-from ray_multiprocess_env.placement import PlacementPlan, plan_placement
-from ray_multiprocess_env.runtime import ensure_runtime
-from ray_multiprocess_env.worker import EnvWorker
 
-__all__ = ["Pool", "Slot", "restart_seed"]
+__all__ = ["Launcher", "Pool", "Worker"]
 
 logger = logging.getLogger(__name__)
 
 
-def restart_seed(seed: int | None, restarts: int) -> int | None:
-    """The seed a restarted env is reset with: derived from its last seed and its restart count.
+class Worker:
+    """One worker: its actor, its envs, the transport its operations go over, its node."""
 
-    None (unseeded) if the env was never given a seed; otherwise the same for the same run.
-    """
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, restarts]).generate_state(1)[0])
+    __slots__ = ("actor", "envs", "generation", "index", "node_id", "transport")
 
-
-class Slot:
-    """One worker: its actor, its envs ``start..stop-1`` and the link its operations go over."""
-
-    def __init__(self, actor: Any, start: int, stop: int, batched: bool) -> None:
-        self.actor, self.start, self.stop, self.batched = actor, start, stop, batched
-        self.link: Any = RayLink(actor, batched)
+    def __init__(self, index: int, actor: Any, envs: range, transport: Transport) -> None:
+        self.index, self.actor, self.envs, self.transport = index, actor, envs, transport
         self.generation = 0
+        self.node_id: str | None = None
 
-    @property
-    def envs(self) -> range:
-        """The global indices of this worker's envs."""
-        return range(self.start, self.stop)
+
+class Launcher(Protocol):
+    """Creates, connects and kills the workers of a pool."""
+
+    def create(
+        self, index: int, env_fns: Sequence[Callable[[], Any]], envs: range, seeds: Any
+    ) -> Any:
+        """Start the worker of envs `envs` (reset with `seeds` if not None); nothing waits."""
+
+    def connect(self, workers: Sequence[Worker], deadline: float | None, label: str) -> None:
+        """Wait until `workers` are up; give each its node and a first transport."""
+
+    def open(
+        self,
+        workers: Sequence[Worker],
+        shared: SharedBatch | None,
+        columns: Sequence[dict[str, Any]],
+        deadline: float | None,
+    ) -> None:
+        """Give `workers` their transports for good (`shared` memory for those that can)."""
+
+    def kill(self, worker: Worker, *, wait_gone: bool = False) -> None:
+        """Close `worker`'s transport and stop it (`wait_gone`: until it writes no more)."""
+
+    def release(self) -> None:
+        """Release what the workers' placement held."""
+
+    def reachable(self) -> bool:
+        """Whether the workers can still be asked anything (for Ray: Ray still runs)."""
 
 
 class Pool:
-    """The workers of one vector env; see the module docstring."""
+    """The workers of one vector env; see the module docstring.
+
+    Args:
+        workers: The workers, in env order.
+        options: The vector env's options.
+        launcher: What starts and kills workers.
+        env_fns: The env factories, for restarts (None: the user's own actors, not restarted).
+    """
 
     def __init__(
         self,
-        slots: list[Slot],
+        workers: list[Worker],
         options: Options,
-        plan: PlacementPlan | None = None,
+        launcher: Launcher,
         env_fns: Sequence[Callable[[], Any]] | None = None,
     ) -> None:
-        self.slots, self.options, self.plan = slots, options, plan
+        self.workers, self.options, self.launcher = workers, options, launcher
         self._env_fns = list(env_fns) if env_fns is not None else None
-        self.num_envs = len(self._env_fns) if self._env_fns is not None else slots[-1].stop
-        self.seeds: list[int | None] = [None] * self.num_envs  # each env's last seed
-        self._restarts = [0] * self.num_envs
-        self.shared: SharedBatch | None = None  # the batched arrays the pipe workers share
+        self.num_envs = workers[-1].envs.stop if workers else len(env_fns or ())
+        self.seeds = SeedBook(self.num_envs)
+        self.unstarted: set[int] = set()  # workers not known to be up (the user's actors)
+        self.shared: SharedBatch | None = None  # the batch in shared memory, once made
+        self.columns: list[dict[str, Any]] = []  # the info columns in shared memory
 
     @classmethod
     def start(
-        cls, env_fns: Sequence[Callable[[], Any]], envs_per_worker: int, options: Options
+        cls,
+        env_fns: Sequence[Callable[[], Any]],
+        envs_per_worker: int,
+        options: Options,
+        launcher: Launcher,
     ) -> Pool:
-        """Start `EnvWorker` actors of `envs_per_worker` envs each and connect to them."""
-        factories = check_env_fns(env_fns)
-        per_worker = check_positive_int("envs_per_worker", envs_per_worker)
-        check_worker_options(options.actor_options)
-        count = -(-len(factories) // per_worker)
-        plan = plan_placement(
-            options.placement, count, options.actor_options, timeout=options.timeout
-        )
-        pool = cls([], options, plan, factories)
+        """Start workers of `envs_per_worker` envs each and wait until they are up."""
+        pool = cls([], options, launcher, env_fns)
         try:
-            for w, start in enumerate(range(0, len(factories), per_worker)):
-                stop = min(start + per_worker, len(factories))
-                pool.slots.append(Slot(pool._create(w, start, stop, None), start, stop, True))
-            pool._connect(pool.slots, deadline_in(options.timeout), "start")
+            for index, start in enumerate(range(0, len(env_fns), envs_per_worker)):
+                envs = range(start, min(start + envs_per_worker, len(env_fns)))
+                actor = launcher.create(index, env_fns[envs.start : envs.stop], envs, None)
+                pool.workers.append(Worker(index, actor, envs, _NOT_CONNECTED))
+            launcher.connect(pool.workers, deadline_in(options.start_bound), "start")
         except BaseException:
             pool.kill()
             raise
         return pool
 
-    @classmethod
-    def of_actors(cls, actors: Sequence[Any], options: Options) -> Pool:
-        """A pool over the user's own env actors, one env each, over Ray calls."""
-        return cls([Slot(a, i, i + 1, False) for i, a in enumerate(actors)], options)
+    def seconds_for(self, tickets: Sequence[Ticket], seconds: float | None) -> float | None:
+        """How long a call of `tickets` may take: `seconds`, or more for a first call.
+
+        The user's own actors start with their first call, which is given at least the time
+        a worker's start is given.
+        """
+        if seconds is None or not self.unstarted:
+            return seconds
+        if any(ticket.worker in self.unstarted for ticket in tickets):
+            self.unstarted -= {ticket.worker for ticket in tickets}
+            return max(seconds, MIN_START_S)
+        return seconds
 
     @property
     def can_restart(self) -> bool:
         """Whether lost workers are restarted (``on_actor_failure="restart"`` with factories)."""
         return self.options.on_actor_failure == "restart" and self._env_fns is not None
 
-    def _create(self, w: int, start: int, stop: int, seeds: list[int | None] | None) -> Any:
-        """Create the actor of worker `w` (envs ``start..stop-1``); nothing waits for it."""
-        ensure_runtime()
-        options = self.plan.options(w) if self.plan is not None else {}
-        assert self._env_fns is not None
-        try:
-            return (
-                _worker_class()
-                .options(**options)
-                .remote(
-                    self._env_fns[start:stop],
-                    list(range(start, stop)),
-                    self.options.autoreset_mode.value,
-                    seeds,
-                )
-            )
-        except Exception as err:
-            raise _creation_error(err, start, stop, options) from err
-
-    def _connect(self, slots: Sequence[Slot], deadline: float | None, label: str) -> None:
-        """Wait until the workers of `slots` are up; open pipes to those on this node."""
-        refs = [slot.actor.handle.remote("node_id", ()) for slot in slots]
-        try:
-            nodes = ray.get(refs, timeout=remaining(deadline))
-        except GetTimeoutError:
-            raise TimeoutError(self._late_start(slots, label)) from None
-        except RayError as err:
-            failed = next(s for s, r in zip(slots, refs, strict=True) if _failed(r))
-            raise EnvCrashedError(failed.start, label, err, env_indices=failed.envs) from err
-        if self.options.transport == "ray" or not pipes_supported():
-            return
-        here = ray.get_runtime_context().get_node_id()
-        for slot, node in zip(slots, nodes, strict=True):
-            if node == here:
-                try:
-                    slot.link = PipeLink(slot.actor, deadline, grace=_grace(self.options))
-                except (OSError, RuntimeError, TimeoutError, RayError) as err:
-                    logger.warning("Envs %s use Ray calls: no pipes (%s).", list(slot.envs), err)
-        if self.shared is not None:
-            self._share(slots, self.shared, deadline)
-
-    def share(self, observation_space: Any, action_space: Any) -> None:
-        """Put the batched arrays of the workers on pipes in shared memory (``"auto"`` only).
-
-        Nothing happens for spaces `_shared_memory` does not cover; a worker that cannot map
-        the memory goes on without it (logged).
-        """
-        if self.options.transport != "auto" or self.shared is not None:
-            return
-        if not any(isinstance(slot.link, PipeLink) for slot in self.slots):
-            return  # no worker on this node
-        self.shared = SharedBatch.create(observation_space, action_space, self.num_envs)
-        if self.shared is not None:
-            self._share(self.slots, self.shared, deadline_in(self.options.bound))
-
-    def _share(self, slots: Sequence[Slot], shared: SharedBatch, deadline: float | None) -> None:
-        for slot in slots:
-            if isinstance(slot.link, PipeLink):
-                try:
-                    slot.link.share(shared, slot.start, slot.stop, deadline)
-                except Exception as err:  # e.g. /proc not readable: serialize instead
-                    logger.warning("Envs %s: no shared memory (%s).", list(slot.envs), err)
-
-    def _late_start(self, slots: Sequence[Slot], label: str) -> str:
-        placement = self.options.placement
-        where = f" with `placement={placement!r}`" if placement is not None else ""
-        envs = [i for slot in slots for i in slot.envs]
-        return (
-            f"`{label}`: the worker(s) of env(s) {envs} did not start within "
-            f"{self.options.bound:g} s{where}; the cluster has "
-            f"{ray.available_resources()} free of {ray.cluster_resources()}. "  # type: ignore[no-untyped-call]
-            "Check that the placement can be satisfied (nodes, resources), or raise `timeout`."
-        )
-
     def restart(self, index: int, generation: int, label: str, why: str) -> None:
         """Replace worker `index` (if still in `generation`) by a new one, its envs reset.
 
         Raises:
             EnvCrashedError: If the new worker cannot be started (placed) within the options'
-                bound; it names the envs and the placement.
+                restart bound; it names the envs and the placement.
         """
-        slot = self.slots[index]
-        if slot.generation != generation:
+        worker = self.workers[index]
+        if worker.generation != generation or self._env_fns is None:
             return  # another call already restarted it
         logger.warning(
-            "The worker of env(s) %s %s in `%s`; restarting it.", list(slot.envs), why, label
+            "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
         )
-        old_serve = getattr(slot.link, "serve_ref", None)
-        slot.link.close()
-        ray.kill(slot.actor, no_restart=True)
-        seeds = []
-        for i in slot.envs:
-            self._restarts[i] += 1
-            seeds.append(restart_seed(self.seeds[i], self._restarts[i]))
-        slot.generation += 1
-        slot.actor = self._create(index, slot.start, slot.stop, seeds)
-        slot.link = RayLink(slot.actor, True)
-        if old_serve is not None and self.shared is not None:
-            # the old worker may still be writing its rows of the shared memory until it is gone
-            ray.wait([old_serve], timeout=min(self.options.bound, 10.0))
+        self.launcher.kill(worker, wait_gone=self.shared is not None)
+        seeds = self.seeds.for_restart(worker.envs)
+        worker.generation += 1
+        fns = self._env_fns[worker.envs.start : worker.envs.stop]
+        worker.actor = self.launcher.create(index, fns, worker.envs, seeds)
+        deadline = deadline_in(self.options.restart_bound)
         try:
-            self._connect([slot], deadline_in(self.options.bound), label)
+            self.launcher.connect([worker], deadline, label)
+            self.launcher.open([worker], self.shared, self.columns, deadline)
         except (TimeoutError, EnvCrashedError) as err:
-            ray.kill(slot.actor, no_restart=True)
-            raise EnvCrashedError(slot.start, label, err, env_indices=slot.envs) from err
+            self.launcher.kill(worker)
+            raise EnvCrashedError(worker.envs.start, label, err, env_indices=worker.envs) from err
+
+    def close_envs(self, seconds: float) -> list[Ticket]:
+        """Ask every worker to close its envs; the tickets that failed or are late."""
+        tickets = []
+        for worker in self.workers:
+            ticket = Ticket(worker.index, worker.generation, "close", (), tuple(worker.envs))
+            worker.transport.submit(ticket)
+            tickets.append(ticket)
+        wait_tickets(tickets, deadline_in(seconds), len(tickets))
+        return [t for t in tickets if t.outcome is None or not t.outcome.ok]
 
     def kill(self) -> None:
-        """Kill every worker and release the placement group (never waits for the envs)."""
-        self.close_links()
-        if ray.is_initialized():
-            for slot in self.slots:
-                ray.kill(slot.actor, no_restart=True)
-        if self.plan is not None:
-            self.plan.release()
+        """Stop every worker and release their placement (never waits for the envs)."""
+        for worker in self.workers:
+            self.launcher.kill(worker)
+        self.launcher.release()
 
-    def close_links(self) -> None:
-        """Close every worker's link and the shared memory; the workers keep running."""
-        for slot in self.slots:
-            slot.link.close()
-        if self.shared is not None:
-            self.shared.close()
+    def close_transports(self) -> None:
+        """Close every worker's transport; the workers keep running."""
+        for worker in self.workers:
+            worker.transport.close()
 
 
-@functools.cache
-def _worker_class() -> Any:
-    """The Ray actor class of `EnvWorker`, made once (Ray exports a class once per object)."""
-    return ray.remote(EnvWorker)
+class _NotConnected:
+    """The transport of a worker until its launcher connects it: refuses everything."""
+
+    kind = "none"
+    waiter: Any = None
+
+    def encode(self, ticket: Any) -> Any:
+        """Refused."""
+        raise RuntimeError("the worker is not connected")
+
+    def submit(self, ticket: Any, data: Any = None) -> None:
+        """Refused."""
+        raise RuntimeError("the worker is not connected")
+
+    def forget(self, ticket: Any) -> None:
+        """Nothing was sent."""
+
+    def share_infos(self, specs: Any) -> None:
+        """Nothing was sent."""
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
-def _grace(options: Options) -> float:
-    """Seconds to wait for Ray's word on a worker whose pipe closed."""
-    return min(options.bound, 10.0)
-
-
-def _failed(ref: Any) -> bool:
-    ready, _ = ray.wait([ref], timeout=0)
-    if not ready:
-        return False
-    try:
-        ray.get(ref, timeout=0)
-    except RayError:
-        return True
-    return False
-
-
-def _creation_error(err: Exception, start: int, stop: int, options: dict[str, Any]) -> Exception:
-    """A user error for an actor Ray would not create: bad options, or unpicklable factories."""
-    lines = str(err).splitlines() or [""]
-    reason = next((line for line in lines if "cannot pickle" in line), None)
-    if reason is None and "serialize" not in str(err):
-        return ValueError(
-            f"the worker of envs {start}..{stop - 1} could not be created with the options "
-            f"{options!r}: {lines[0]} Fix `actor_options` or `placement` (a `runtime_env` with "
-            "local directories goes to `ray.init(runtime_env=...)`)."
-        )
-    reason = (reason or lines[0]).replace("\x1b[31m", "").replace("\x1b[39m", "").strip()
-    return TypeError(
-        f"the env factories of envs {start}..{stop - 1} could not be sent to a Ray worker "
-        f"({reason}). Env factories must be picklable: use a module-level function or "
-        "`functools.partial`, with no open files, locks or sockets in closures. Ray's "
-        "diagnosis is in this error's `__cause__`."
-    )
+_NOT_CONNECTED = _NotConnected()

@@ -1,9 +1,11 @@
 """`GymnasiumVectorEnv`: a real `gymnasium.vector.VectorEnv` backed by Ray worker actors.
 
-Each worker holds several envs, steps them in one call with gymnasium's autoreset semantics, and
-returns their observations stacked; this face joins the workers' batches. It is a thin face over
-the private engine (one operation per worker, one wait, errors by env index). RLlib's new API
-stack uses it through gymnasium's ``vector_entry_point`` (see `gymnasium_make.py`).
+Each worker holds several envs and steps them in one call with gymnasium's autoreset semantics;
+the engine hands back whole batches (observations, rewards, flags and gymnasium's batched infos,
+assembled by the workers, in shared memory on this node), and this face keeps only gymnasium's
+conventions: ``copy``, ``reset_mask``, the DISABLED mode's check, ``env_id`` in a `recv`'s
+infos. RLlib's new API stack uses it through gymnasium's ``vector_entry_point``
+(`gymnasium_make.py`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 
-from ray_multiprocess_env._engine import Engine, Options, Pool
+from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
-from ray_multiprocess_env.batch import check_rows, copy_batch, join_batches, split_batch, take
+from ray_multiprocess_env.batch import check_rows, copy_batch
 from ray_multiprocess_env.errors import RemoteEnvError
-from ray_multiprocess_env.integrations._infos import add_row_info, describe_workers
 
 __all__ = ["GymnasiumVectorEnv"]
 
@@ -97,28 +98,17 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             placement=placement,
         )
         self.autoreset_mode = options.autoreset_mode
-        self._engine = Engine(Pool.start(env_fns, envs_per_worker, options))
-        self._engine.name = type(self).__name__
-        try:
-            first = describe_workers(self._engine)
-        except BaseException:
-            self._engine.close()
-            raise
-        self.num_envs = self._engine.num_envs
-        self.single_observation_space = first["observation_space"]
-        self.single_action_space = first["action_space"]
+        self._check_actions = options.check_actions
+        self._engine = Engine.start(env_fns, envs_per_worker, options, name=type(self).__name__)
+        spec = self._engine.spec
+        self.num_envs = spec.num_envs
+        self.single_observation_space = spec.observation_space
+        self.single_action_space = spec.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
-        self.metadata = {**first["metadata"], "autoreset_mode": self.autoreset_mode}
-        self.render_mode = first["render_mode"]
+        self.metadata = {**spec.metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = spec.render_mode
         self.copy = copy
-        try:
-            self._engine.share(self.single_observation_space, self.single_action_space)
-        except BaseException:
-            self._engine.close()
-            raise
-        self._bounds = self._engine.bounds
-        self._worker_obs: list[Any] = [None] * len(self._bounds)
         self._finished = np.zeros(self.num_envs, dtype=np.bool_)
         self._initial_seed = seed
         if seed is not None:
@@ -140,34 +130,15 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns:
             The batched observations and the batched info dict.
         """
-        self._engine.check_idle("reset")
         seeds = self._seeds(seed)
         options = dict(options) if options is not None else None
         mask = None
         if options is not None and "reset_mask" in options:
             mask = self._check_reset_mask(options.pop("reset_mask"))
-        args: list[tuple[Any, ...] | None] = []
-        for g, (start, stop) in enumerate(self._bounds):
-            worker_mask = None if mask is None else mask[start:stop].tolist()
-            if worker_mask is not None and not any(worker_mask):
-                args.append(None)
-                if self._worker_obs[g] is None:
-                    raise ValueError(
-                        f"envs {start}..{stop - 1} were never reset; reset them all first "
-                        "(call `reset()` without `reset_mask`)."
-                    )
-            else:
-                args.append((seeds[start:stop], options, worker_mask))
-        results = self._engine.run("reset", args, "reset")
+        batch = self._engine.reset(seeds, options, mask)
         self._initial_seed = None
-        self._engine.note_seeds(seeds)
-        infos: dict[str, Any] = {}
-        for g, result in enumerate(results):
-            if result is not None:
-                self._worker_obs[g], worker_infos = result
-                infos = self._add_infos(infos, g, worker_infos)
         self._finished[mask if mask is not None else slice(None)] = False
-        return self._observations(), infos
+        return self._observations(batch), batch.infos
 
     def step(self, actions: Any) -> StepReturn:
         """Step every env with its action from the batched `actions`.
@@ -175,18 +146,18 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns:
             Batched observations, rewards (float64), terminations, truncations and infos.
         """
-        self._engine.check_open("step")
-        self.step_async(actions)
+        self._step_async(actions, "step")
         return self.step_wait()
 
     def step_async(self, actions: Any) -> None:
         """Send the batched `actions` and return at once; `step_wait` collects the results."""
-        self._engine.check_idle("step_async")
+        self._step_async(actions, "step_async")
+
+    def _step_async(self, actions: Any, label: str) -> None:
         check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
         self._check_not_finished(range(self.num_envs))
         self._check_in_space(actions, list(range(self.num_envs)))
-        chunks = split_batch(self.single_action_space, actions, self._bounds)
-        self._engine.pending = self._engine.launch("step", [(c,) for c in chunks], "step")
+        self._engine.step_async(actions, label=label)
 
     def step_wait(self, timeout: float | None = None) -> StepReturn:
         """Wait for the results of `step_async` and return them as `step` does.
@@ -194,48 +165,30 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         On a `TimeoutError` the step stays pending: call `step_wait` again to wait longer.
         """
         try:
-            results = self._engine.wait_pending(timeout)
+            batch = self._engine.step_wait(timeout)
         except RemoteEnvError as error:
-            if len(error.worker_results) == len(self._bounds):  # every worker answered
-                error.results = self._step_results(
-                    [error.worker_results[g] for g in range(len(self._bounds))]
-                )
+            if error._batch is not None:  # every worker answered: what the step gave
+                error.results = self._results(error._batch)
                 error.results[4]["env_error"] = np.isin(np.arange(self.num_envs), error.env_indices)
                 error.results[4]["_env_error"] = np.ones(self.num_envs, dtype=np.bool_)
             raise
-        return self._step_results(results)
+        return self._results(batch)
 
-    def _step_results(self, results: list[Any]) -> StepReturn:
-        infos: dict[str, Any] = {}
-        for g, result in enumerate(results):
-            self._worker_obs[g] = result[0]
-            infos = self._add_infos(infos, g, result[4])
-        rewards = np.concatenate([r[1] for r in results])
-        terminations = np.concatenate([r[2] for r in results])
-        truncations = np.concatenate([r[3] for r in results])
-        self._finished = np.logical_or(terminations, truncations)
-        return self._observations(), rewards, terminations, truncations, infos
+    def _results(self, batch: Batch) -> StepReturn:
+        rewards, terminations, truncations = (np.array(a) for a in batch.arrays())
+        self._finished = terminations | truncations
+        return self._observations(batch), rewards, terminations, truncations, batch.infos
 
-    def _observations(self) -> Any:
-        """The batched observation of every env from the workers' last answers.
-
-        From shared memory it is one copy (with ``copy=False`` none: a view that the next
-        step or reset overwrites); otherwise the workers' batches are joined.
-        """
-        whole = self._engine.whole_batch(self._worker_obs)
-        if whole is None:
-            return join_batches(self.single_observation_space, self._worker_obs)
-        return copy_batch(whole) if self.copy else whole
+    def _observations(self, batch: Batch) -> Any:
+        """The batched observations: of their own (``copy=True``), or the engine's batch."""
+        return copy_batch(batch.observations) if self.copy and batch.shared else batch.observations
 
     # -- first-ready stepping (envpool's send/recv) -----------------------------------------
     def async_reset(self, *, seed: int | Sequence[int | None] | None = None) -> None:
         """Reset every env without waiting; `recv` then returns them as they finish."""
-        self._engine.check_idle("async_reset")
         seeds = self._seeds(seed)
-        args = [(seeds[start:stop], None, None) for start, stop in self._bounds]
-        self._engine.send(self._engine.launch("reset", args, "async_reset"), "reset")
+        self._engine.async_reset(seeds)
         self._initial_seed = None
-        self._engine.note_seeds(seeds)
         self._finished[:] = False
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
@@ -243,22 +196,11 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
         Returns at once; `recv` collects the results of the envs that finish first.
         """
-        engine = self._engine
-        engine.check_idle("send", in_flight_ok=True)
         env_ids = check_env_ids(env_ids, self.num_envs)
         check_rows(self.single_action_space, "actions", actions, len(env_ids), "env id")
-        engine.check_not_busy(env_ids, "sending it another action")
         self._check_not_finished(env_ids)
         self._check_in_space(actions, env_ids)
-        args: list[tuple[Any, ...] | None] = []
-        envs: list[list[int]] = []
-        for start, stop in self._bounds:
-            rows = [row for row, env in enumerate(env_ids) if start <= env < stop]
-            mine = [env_ids[row] for row in rows]
-            envs.append(mine)
-            chunk = take(self.single_action_space, actions, rows) if rows else None
-            args.append((chunk, [env - start for env in mine]) if rows else None)
-        engine.send(engine.launch("step", args, "send", envs), "step")
+        self._engine.send(actions, env_ids)
 
     def recv(self, batch_size: int | None = None, timeout: float | None = None) -> StepReturn:
         """The results of the first envs to finish what `send`/`async_reset` started.
@@ -273,38 +215,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             ascending env order; ``infos["env_id"]`` holds their env ids (as envpool does). An
             env back from `async_reset` has reward 0 and is not done.
         """
-        env_ids: list[int] = []
-        parts: list[tuple[Any, ...]] = []
-        info_items: list[tuple[int, list[dict[str, Any]]]] = []
-        wanted = self._engine.recv_size(batch_size)
-        for ticket, kind, result in self._engine.first_ready(wanted, timeout):
-            envs = list(ticket.envs)
-            if kind == "reset":
-                reset_obs, worker_infos = result
-                none = np.zeros(len(envs), dtype=np.bool_)
-                result = (reset_obs, np.zeros(len(envs)), none, none.copy(), worker_infos)
-            obs, reward, term, trunc, worker_infos = result
-            env_ids.extend(envs)
-            parts.append((obs, reward, term, trunc))
-            start = self._bounds[ticket.slot][0]
-            info_items.extend((start + k, p) for k, p in worker_infos.items())
-            self._finished[envs] = np.logical_or(term, trunc)
-        order = np.argsort(env_ids, kind="stable")
-        ids = np.asarray(env_ids, dtype=np.int64)[order]
-        row_of = {int(env): row for row, env in enumerate(ids)}
-        infos: dict[str, Any] = {}
-        for env, env_parts in sorted(info_items, key=lambda item: item[0]):
-            for part in env_parts:
-                infos = add_row_info(infos, part, row_of[env], len(ids))
-        infos["env_id"] = ids
-        observations = join_batches(self.single_observation_space, [p[0] for p in parts])
-        return (
-            take(self.single_observation_space, observations, order.tolist()),
-            np.concatenate([p[1] for p in parts])[order],
-            np.concatenate([p[2] for p in parts])[order],
-            np.concatenate([p[3] for p in parts])[order],
-            infos,
-        )
+        batch = self._engine.recv(batch_size, timeout)
+        rewards, terminations, truncations = batch.arrays()
+        self._finished[batch.env_ids] = terminations | truncations
+        infos = batch.infos
+        infos["env_id"] = batch.env_ids
+        return batch.observations, rewards, terminations, truncations, infos
 
     # -- calls on every env -------------------------------------------------------------------
     def render(self) -> tuple[Any, ...]:
@@ -313,24 +229,21 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method `name` of every env (or read a non-callable attribute); one per env."""
-        self._engine.check_idle(name)
         per_env: list[tuple[Any, ...] | None] = [(name, *args)] * self.num_envs
-        return tuple(self._engine.apply("call", per_env, [kwargs] * self.num_envs, name))
+        return tuple(self._engine.call("call", per_env, [kwargs] * self.num_envs, label=name))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Return attribute `name` of every env."""
-        self._engine.check_idle("get_attr")
-        return tuple(self._engine.apply("get_attr", [(name,)] * self.num_envs))
+        return tuple(self._engine.call("get_attr", [(name,)] * self.num_envs))
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set attribute `name` of every env: a list or tuple gives one value per env."""
-        self._engine.check_idle("set_attr")
         if isinstance(values, (list, tuple)):
             check_length("values", values, self.num_envs, "one value per env, or a single value")
             per_env = list(values)
         else:
             per_env = [values] * self.num_envs
-        self._engine.apply("set_attr", [(name, v) for v in per_env])
+        self._engine.call("set_attr", [(name, v) for v in per_env])
 
     @property  # gymnasium's SyncVectorEnv gives one per env as well
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
@@ -345,18 +258,16 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     @property
     def remote_envs(self) -> tuple[Any, ...]:
         """The worker actors."""
-        return tuple(slot.actor for slot in self._engine.pool.slots)
+        return tuple(worker.actor for worker in self._engine.workers)
 
     def node_ids(self) -> tuple[str, ...]:
         """The id (hex) of the Ray node each env runs on, by env index."""
-        self._engine.check_open("node_ids")
         return self._engine.node_ids()
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every env and kill the worker actors (within `timeout`, 30 s if None)."""
         engine = getattr(self, "_engine", None)  # None if __init__ failed (gymnasium 1.2
         if engine is not None:  # closes in __del__)
-            self._worker_obs = []  # views of the shared memory: let `close` unmap it
             engine.close()
 
     # -- helpers ------------------------------------------------------------------------------
@@ -369,7 +280,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         return check_seed_list(self._initial_seed if seed is None else seed, self.num_envs)
 
     def _check_in_space(self, actions: Any, env_ids: Sequence[int]) -> None:
-        if not self._engine.options.check_actions:
+        if not self._check_actions:
             return
         rows = batch_space(self.single_action_space, len(env_ids))
         for row, (env, action) in enumerate(zip(env_ids, iterate(rows, actions), strict=True)):
@@ -402,12 +313,3 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         if not mask.any():
             raise ValueError("`options['reset_mask']` must have at least one True entry.")
         return mask
-
-    def _add_infos(
-        self, infos: dict[str, Any], worker: int, worker_infos: dict[int, list[dict[str, Any]]]
-    ) -> dict[str, Any]:
-        start = self._bounds[worker][0]
-        for k, parts in sorted(worker_infos.items()):
-            for part in parts:
-                infos = self._add_info(infos, part, start + k)
-        return infos

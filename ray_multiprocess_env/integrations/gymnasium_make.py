@@ -1,9 +1,9 @@
-"""What builds gymnasium-facing envs: `make_vector_env`, `vector_entry_point`, `RemoteEnv`."""
+"""What builds gymnasium vector envs: `make_vector_env`, and `vector_entry_point` for `make_vec`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, SupportsFloat
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
@@ -11,9 +11,8 @@ from gymnasium.vector import AutoresetMode
 from ray_multiprocess_env.env_factories import env_factories, legacy_arguments
 from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
 from ray_multiprocess_env.runtime import ray_cpus
-from ray_multiprocess_env.vector import RayVectorEnv
 
-__all__ = ["RemoteEnv", "make_vector_env", "vector_entry_point"]
+__all__ = ["make_vector_env", "vector_entry_point"]
 
 Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
 
@@ -185,63 +184,3 @@ def vector_entry_point(
         check_actions=check_actions,
         copy=copy,
     )
-
-
-class RemoteEnv(gym.Env[Any, Any]):
-    """One env in a Ray actor, seen as a plain `gymnasium.Env` (e.g. for gymnasium's checker).
-
-    Args:
-        env_fn: A picklable factory of the env, called inside the actor.
-        actor_options: Options for `ray.remote` of the actor.
-        timeout: Seconds to wait for any one call, or None.
-        transport: As for `GymnasiumVectorEnv`.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> env = RemoteEnv(lambda: gym.make("CartPole-v1"))
-        >>> obs, info = env.reset(seed=0)
-        >>> obs, reward, terminated, truncated, info = env.step(0)
-        >>> env.close()
-    """
-
-    def __init__(
-        self,
-        env_fn: Callable[[], gym.Env[Any, Any]],
-        *,
-        actor_options: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        transport: str | None = None,
-    ) -> None:
-        self._vec = RayVectorEnv.from_env_fns(
-            [env_fn], actor_options=actor_options, timeout=timeout, transport=transport
-        )
-        self.observation_space = self._vec.observation_space
-        self.action_space = self._vec.action_space
-        self.metadata = self._vec.get_attr("metadata")[0]
-        self.render_mode = self._vec.get_attr("render_mode")[0]
-        self.spec = self._vec.spec
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Reset the remote env."""
-        super().reset(seed=seed)
-        result: tuple[Any, dict[str, Any]] = self._vec.call_each(
-            "reset", [()], seed=seed, options=options
-        )[0]
-        return result
-
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step the remote env."""
-        result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]] = self._vec.call_each(
-            "step", [(action,)]
-        )[0]
-        return result
-
-    def render(self) -> Any:
-        """Render the remote env."""
-        return self._vec.call("render")[0]
-
-    def close(self) -> None:
-        """Close the remote env and kill its actor."""
-        self._vec.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -20,10 +20,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
-from ray_multiprocess_env._engine import Engine, Options, Pool
-from ray_multiprocess_env.batch import check_rows, join_batches, split_batch, stack
+from ray_multiprocess_env._engine import Engine, Options
+from ray_multiprocess_env.batch import check_rows, copy_batch, stack
 from ray_multiprocess_env.env_factories import check_wrappers, env_factories, legacy_arguments
-from ray_multiprocess_env.integrations._infos import describe_workers
 from ray_multiprocess_env.runtime import ray_cpus
 
 __all__ = ["SB3VecEnv", "make_sb3_vec_env"]
@@ -81,45 +80,26 @@ class SB3VecEnv(VecEnv):
             actor_options=actor_options,
             placement=placement,
         )
-        self._engine = Engine(Pool.start(env_fns, envs_per_worker, options))
-        self._engine.name = type(self).__name__
-        try:
-            description = describe_workers(self._engine)
-        except BaseException:
-            self._engine.close()
-            raise
-        self._bounds = self._engine.bounds
-        self._actions: Any = None
-        super().__init__(
-            self._engine.num_envs, description["observation_space"], description["action_space"]
+        self._engine = Engine.start(
+            env_fns, envs_per_worker, options, name=type(self).__name__, info_layout="per_env"
         )
-        self.metadata = description["metadata"]
-        try:
-            self._engine.share(self.observation_space, self.action_space)
-        except BaseException:
-            self._engine.close()
-            raise
+        spec = self._engine.spec
+        super().__init__(spec.num_envs, spec.observation_space, spec.action_space)
+        self.metadata = spec.metadata
         if seed is not None:
             self.seed(seed)
 
     def reset(self) -> Any:
         """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
-        self._engine.check_idle("reset")
         options = [opts or None for opts in self._options]
-        args = [(self._seeds[a:b], options[a:b], None) for a, b in self._bounds]
-        results = self._engine.run("reset", args, "reset")
-        self._engine.note_seeds(self._seeds)
-        for (start, stop), (_, infos) in zip(self._bounds, results, strict=True):
-            for k in range(stop - start):
-                parts = infos.get(k, [])
-                self.reset_infos[start + k] = dict(parts[0]) if parts else {}
+        batch = self._engine.reset(self._seeds, options)
+        self.reset_infos = [dict(info) for info in batch.infos]
         self._reset_seeds()
         self._reset_options()
-        return self._observations([r[0] for r in results])
+        return self._observations(batch.observations)
 
     def step_async(self, actions: np.ndarray) -> None:
         """Send the actions to the workers; `step_wait` collects the results."""
-        self._engine.check_idle("step_async")
         # SB3 indexes actions by env: for a Dict or Tuple space, a list of one action per env,
         # stacked here into a batch of the space's dtypes
         per_env = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -138,33 +118,28 @@ class SB3VecEnv(VecEnv):
                     f"{self.action_space} ({type(err).__name__}: {err}); pass one action of "
                     "that space per env (nothing was sent)."
                 ) from err
-        chunks = split_batch(self.action_space, actions, self._bounds)
-        self._engine.pending = self._engine.launch("step", [(c,) for c in chunks], "step")
+        self._engine.step_async(actions)
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Wait for the step; finished envs are reset in the same step."""
-        results = self._engine.wait_pending()
+        batch = self._engine.step_wait()
+        rewards, terminations, truncations = batch.arrays()
+        dones = terminations | truncations
+        time_limits = (truncations & ~terminations).tolist()
         infos: list[dict[str, Any]] = []
-        dones = []
-        for (start, _), result in zip(self._bounds, results, strict=True):
-            _, _, terminated, truncated, worker_infos = result
-            for k, (term, trunc) in enumerate(zip(terminated, truncated, strict=True)):
-                parts = worker_infos.get(k, [])
-                done = bool(term or trunc)
-                if done:
-                    final = parts[0]
-                    info = dict(final["final_info"])
-                    info["TimeLimit.truncated"] = bool(trunc and not term)
-                    info["terminal_observation"] = final["final_obs"]
-                    self.reset_infos[start + k] = dict(parts[1]) if len(parts) > 1 else {}
-                else:
-                    info = dict(parts[0]) if parts else {}
-                    info["TimeLimit.truncated"] = bool(trunc and not term)
+        for env, (info, done) in enumerate(zip(batch.infos, dones.tolist(), strict=True)):
+            if done:  # the info of the episode's end; the reset's is kept in `reset_infos`
+                final, observation = dict(info.pop("final_info", {})), info.pop("final_obs", None)
+                self.reset_infos[env] = info
+                final["TimeLimit.truncated"] = time_limits[env]
+                final["terminal_observation"] = observation  # (DummyVecEnv's key order)
+                infos.append(final)
+            else:
+                info = dict(info)
+                info["TimeLimit.truncated"] = time_limits[env]
                 infos.append(info)
-                dones.append(done)
-        rewards = np.concatenate([r[1] for r in results]).astype(np.float32)
-        observations = self._observations([r[0] for r in results])
-        return observations, rewards, np.array(dones, dtype=bool), infos
+        rewards = rewards.astype(np.float32)
+        return self._observations(batch.observations), rewards, dones, infos
 
     def close(self) -> None:
         """Close every env and kill the worker actors (within `timeout`, 30 s if None)."""
@@ -173,11 +148,10 @@ class SB3VecEnv(VecEnv):
     @property
     def remote_envs(self) -> tuple[Any, ...]:
         """The worker actors."""
-        return tuple(slot.actor for slot in self._engine.pool.slots)
+        return tuple(worker.actor for worker in self._engine.workers)
 
     def node_ids(self) -> tuple[str, ...]:
         """The id (hex) of the Ray node each env runs on, by env index."""
-        self._engine.check_open("node_ids")
         return self._engine.node_ids()
 
     def get_images(self) -> Sequence[np.ndarray | None]:
@@ -236,15 +210,14 @@ class SB3VecEnv(VecEnv):
                     f"(valid indices are {-self.num_envs}..{self.num_envs - 1}, as for a list)."
                 )
             chosen.append(int(index) % self.num_envs)
-        self._engine.check_idle(method)
         wanted = set(chosen)
         per_env = [args if i in wanted else None for i in range(self.num_envs)]
-        results = self._engine.apply(method, per_env, [kwargs or {}] * self.num_envs)
+        results = self._engine.call(method, per_env, [kwargs or {}] * self.num_envs)
         return [results[i] for i in chosen]
 
-    def _observations(self, batches: Iterable[Any]) -> Any:
-        """The batch as SB3 hands it out: a Dict space's is an `OrderedDict` in its key order."""
-        observations = join_batches(self.observation_space, list(batches))
+    def _observations(self, batch: Any) -> Any:
+        """The batch as SB3 hands it out: a copy; a Dict space's an `OrderedDict` in key order."""
+        observations = copy_batch(batch)
         if isinstance(self.observation_space, gym.spaces.Dict):
             return OrderedDict((key, observations[key]) for key in self.observation_space)
         return observations

@@ -17,6 +17,7 @@ from ray_multiprocess_env import (
     make_vector_env,
 )
 from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, GraphActionEnv, NamedCallEnv
+from tests.helpers import assert_same
 
 NUM_ENVS = 5  # workers of 2, 2 and 1 envs
 ENV_FNS = {
@@ -24,32 +25,6 @@ ENV_FNS = {
     "Pendulum": functools.partial(gym.make, "Pendulum-v1", max_episode_steps=15),
     "DictObs": DictObsEnv,
 }
-
-
-def assert_same(ours, theirs, path="value"):
-    """Recursively compare batched values: dicts, tuples, arrays (object arrays included)."""
-    if isinstance(theirs, dict):
-        assert isinstance(ours, dict), path
-        assert set(ours) == set(theirs), f"{path}: keys {set(ours)} != {set(theirs)}"
-        for key in theirs:
-            assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
-    elif isinstance(theirs, tuple):
-        assert isinstance(ours, tuple), path
-        assert len(ours) == len(theirs), path
-        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            assert_same(a, b, f"{path}[{i}]")
-    elif isinstance(theirs, np.ndarray) and theirs.dtype == object:
-        assert isinstance(ours, np.ndarray), path
-        assert ours.dtype == object, path
-        assert ours.shape == theirs.shape, path
-        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            assert_same(a, b, f"{path}[{i}]")
-    elif isinstance(theirs, np.ndarray):
-        assert isinstance(ours, np.ndarray), f"{path}: {type(ours)}"
-        assert ours.dtype == theirs.dtype, f"{path}: {ours.dtype} != {theirs.dtype}"
-        np.testing.assert_array_equal(ours, theirs, err_msg=path)
-    else:
-        assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
 
 
 def _rollout(envs, mode, steps, seed):

@@ -30,7 +30,7 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
 )
 
 from ray_multiprocess_env import SB3VecEnv, make_sb3_vec_env  # noqa: E402
-from tests.integrations.test_gymnasium import assert_same  # noqa: E402
+from tests.helpers import assert_same, engine_options  # noqa: E402
 
 ENV_FNS = {
     "CartPole": functools.partial(gym.make, "CartPole-v1", max_episode_steps=30),
@@ -270,7 +270,7 @@ def test_make_sb3_vec_env_takes_every_engine_option():
         actor_options={"num_cpus": 0.5},
         placement=None,
     )
-    options = envs._engine.options
+    options = engine_options(envs)
     assert (options.timeout, options.on_actor_failure, options.transport) == (
         30.0,
         "restart",

@@ -1,7 +1,8 @@
 """First-ready stepping of `RayVectorEnv`: envpool's ``send``/``recv``, RLlib's ``try_reset``.
 
 An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv`
-returns as soon as at least ``batch_size`` envs are done. The tickets in flight are the engine's.
+returns as soon as at least ``batch_size`` envs are done. The engine keeps what is in flight;
+this face hands out pfrl's per-env results.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ray_multiprocess_env._engine import Engine
+import numpy as np
+
+from ray_multiprocess_env._engine import Batch, Engine
 from ray_multiprocess_env._engine.options import check_env_ids
 from ray_multiprocess_env.batch import unzip
-from ray_multiprocess_env.compat import is_obs_and_info, reset_obs
 
 __all__ = ["FirstReady"]
 
@@ -22,25 +24,25 @@ class FirstReady:
 
     _engine: Engine
     _last_obs: list[Any]
-    _next_seeds: list[int | None]
+    _has_obs: np.ndarray
 
     @property
     def num_envs(self) -> int:
         """The number of envs."""
-        return self._engine.num_envs
+        return self._engine.spec.num_envs
 
     def _check_in_space(self, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
+    def _per_env(self, batch: Batch, reset: bool = False) -> list[Any]:
+        raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
+
+    def _action_batch(self, actions: Sequence[Any]) -> Any:
+        raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
+
     def async_reset(self) -> None:
         """Reset every env without waiting; `recv` then returns them as they finish."""
-        self._engine.check_idle("async_reset")
-        seeds = self._next_seeds
-        kwargs = [{} if s is None else {"seed": s} for s in seeds]
-        args = self._engine.apply_args("reset", [()] * self.num_envs, kwargs)
-        self._engine.send(self._engine.launch("apply", args, "async_reset"), "reset")
-        self._next_seeds = [None] * self.num_envs
-        self._engine.note_seeds(seeds)
+        self._engine.async_reset()
 
     def send(self, actions: Sequence[Any], env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` with `actions` (one each) without waiting for them.
@@ -49,23 +51,14 @@ class FirstReady:
             ValueError: If an env id is out of range, repeated, or has a call in flight
                 (`recv` its result first), or `actions` and `env_ids` differ in length.
         """
-        engine = self._engine
-        engine.check_idle("send", in_flight_ok=True)
         env_ids = check_env_ids(env_ids, self.num_envs)
         if len(actions) != len(env_ids):
             raise ValueError(
                 f"`actions` has {len(actions)} entries but `env_ids` has {len(env_ids)}; "
                 "pass one action per env id."
             )
-        engine.check_not_busy(env_ids, "sending it another action")
         self._check_in_space(actions, env_ids)
-        per_env: list[tuple[Any, ...] | None] = [None] * self.num_envs
-        for env, action in zip(env_ids, actions, strict=True):
-            per_env[env] = (action,)
-        envs = [[i for i in range(a, b) if per_env[i] is not None] for a, b in engine.bounds]
-        engine.send(
-            engine.launch("apply", engine.apply_args("step", per_env), "send", envs), "step"
-        )
+        self._engine.send(self._action_batch(actions), env_ids)
 
     def recv(
         self, batch_size: int | None = None, timeout: float | None = None
@@ -84,45 +77,43 @@ class FirstReady:
             reward 0 and not done: ``(obs, 0.0, False, False, info)`` for gymnasium envs,
             ``(obs, 0.0, False, {})`` for old-gym envs.
         """
-        received = []
-        for ticket, kind, values in self._engine.first_ready(
-            self._engine.recv_size(batch_size), timeout
-        ):
-            start = self._engine.pool.slots[ticket.slot].start
-            for env in ticket.envs:
-                result = values[env - start]
-                received.append((env, _reset_as_step(result) if kind == "reset" else result))
-        received.sort(key=lambda item: item[0])
-        for env, result in received:
+        batch = self._engine.recv(batch_size, timeout)
+        assert batch.env_ids is not None
+        env_ids = batch.env_ids.tolist()
+        results = self._per_env(batch)
+        for env, result in zip(env_ids, results, strict=True):
             self._last_obs[env] = result[0] if isinstance(result, tuple) else result
-        return [env for env, _ in received], unzip([result for _, result in received])
+        self._has_obs[env_ids] = True
+        return env_ids, unzip(results)
 
     def reset_env(self, env_id: int, **kwargs: Any) -> Any:
         """Reset one env now, while others may be in flight (RLlib's ``try_reset``).
 
         Args:
             env_id: The env to reset; it must not have a call in flight.
-            **kwargs: Passed to the env's ``reset`` (e.g. ``seed=``, ``options=``).
+            **kwargs: The env's ``reset`` arguments: ``seed=`` and ``options=``.
 
         Returns:
             What the env's ``reset`` returns.
         """
-        engine = self._engine
-        engine.check_idle("reset_env", in_flight_ok=True)
         (env,) = check_env_ids([env_id], self.num_envs, argument="env_id")
-        engine.check_not_busy([env], "resetting it")
-        args: list[tuple[Any, ...] | None] = [None] * self.num_envs
-        args[env] = ()
-        kwargs_per_env = [dict(kwargs)] * self.num_envs
-        if self._next_seeds[env] is not None and "seed" not in kwargs:
-            kwargs_per_env[env] = {**kwargs, "seed": self._next_seeds[env]}
-        result = engine.apply("reset", args, kwargs_per_env)[env]
-        self._next_seeds[env] = None
-        self._last_obs[env] = reset_obs(result)
+        mask = np.zeros(self.num_envs, dtype=np.bool_)
+        mask[env] = True
+        seeds: list[Any] = [None] * self.num_envs
+        seeds[env] = kwargs.pop("seed", None)
+        options = kwargs.pop("options", None)
+        if kwargs:
+            raise TypeError(
+                f"`reset_env` got {sorted(kwargs)}; it passes only `seed` and `options` to the "
+                "env's `reset`."
+            )
+        per_env = None if options is None else [options] * self.num_envs
+        batch = self._engine.reset(seeds, per_env, mask, label="reset_env", in_flight_ok=True)
+        if batch.rows is not None:
+            result = batch.rows[env]
+        else:
+            obs, info = self._per_env(batch, reset=True)[env]
+            result = obs if batch.old_api else (obs, info)
+        self._last_obs[env] = result[0] if isinstance(result, tuple) else result
+        self._has_obs[env] = True
         return result
-
-
-def _reset_as_step(result: Any) -> tuple[Any, ...]:
-    if is_obs_and_info(result):
-        return (result[0], 0.0, False, False, result[1])
-    return (result, 0.0, False, {})

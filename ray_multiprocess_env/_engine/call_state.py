@@ -1,0 +1,149 @@
+"""The call state of a vector env: one `State`, what waits to be collected, the checks.
+
+One tracker per engine (as gymnasium's ``AsyncVectorEnv`` keeps one ``AsyncState``), checked
+first by every verb of the engine, so every face refuses the same calls with the same errors.
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
+
+__all__ = ["Call", "CallState", "State"]
+
+
+class State(enum.Enum):
+    """What a vector env is doing between calls."""
+
+    IDLE = "idle"
+    #: A `step_async` waits for its `step_wait`.
+    WAITING_STEP = "waiting_step"
+    #: First-ready calls (`send`, `async_reset`) are out; `recv` collects them.
+    IN_FLIGHT = "in_flight"
+    CLOSED = "closed"
+
+
+class Call:
+    """One operation launched on some workers: a ticket per worker."""
+
+    __slots__ = ("label", "op", "tickets")
+
+    def __init__(self, op: str, label: str, tickets: list[Ticket]) -> None:
+        self.op, self.label, self.tickets = op, label, tickets
+
+
+class CallState:
+    """The `State` of one vector env, its pending `step_async` and its first-ready tickets.
+
+    `name` is the face's class name, for messages.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.state = State.IDLE
+        self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
+        self.in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
+
+    def check_open(self, name: str) -> None:
+        """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
+        if self.state is State.CLOSED:
+            raise ClosedEnvError(f"`{name}` was called on a closed {self.name}; create a new one.")
+
+    def check_idle(self, name: str, *, in_flight_ok: bool = False) -> None:
+        """Raise unless the vector env is idle (or, with `in_flight_ok`, has first-ready calls).
+
+        `ClosedEnvError` after `close`; `PendingCallError` for a pending `step_async`, or
+        (unless `in_flight_ok`) for first-ready calls in flight.
+        """
+        state = self.state
+        if state is State.IDLE:
+            return
+        self.check_open(name)
+        if state is State.WAITING_STEP:
+            raise PendingCallError(
+                f"`{name}` was called while a `step_async` is pending; call `step_wait` first.",
+                "step",
+            )
+        if not in_flight_ok:
+            raise PendingCallError(
+                f"`{name}` was called while env(s) {self.busy_envs()} have calls in flight; "
+                "`recv` them first.",
+                "send",
+            )
+
+    def begin_step(self, call: Call) -> None:
+        """`call` is the pending `step_async`."""
+        self.pending, self.state = call, State.WAITING_STEP
+
+    def take_pending(self) -> Call:
+        """The pending `step_async`, which is no longer pending.
+
+        Raises:
+            NoPendingCallError: If there is none.
+        """
+        self.check_open("step_wait")
+        if self.pending is None:
+            raise NoPendingCallError(
+                "`step_wait` was called without a `step_async` before it.", "step_wait"
+            )
+        call, self.pending, self.state = self.pending, None, State.IDLE
+        return call
+
+    def keep_pending(self, call: Call) -> None:
+        """`call` stays pending (its `step_wait` timed out and may be called again)."""
+        self.begin_step(call)
+
+    def put_in_flight(self, tickets: Iterable[tuple[Ticket, str]]) -> None:
+        """First-ready tickets are out."""
+        self.in_flight.extend(tickets)
+        self._settle_state()
+
+    def take_done(self) -> list[tuple[Ticket, str]]:
+        """The first-ready tickets that have an outcome, no longer in flight."""
+        done = [(t, kind) for t, kind in self.in_flight if t.outcome is not None]
+        self.in_flight = [(t, kind) for t, kind in self.in_flight if t.outcome is None]
+        self._settle_state()
+        return done
+
+    def _settle_state(self) -> None:
+        if self.state is not State.CLOSED and self.state is not State.WAITING_STEP:
+            self.state = State.IN_FLIGHT if self.in_flight else State.IDLE
+
+    def close(self) -> tuple[Call | None, list[tuple[Ticket, str]]]:
+        """Closed; what was pending and in flight, to give up."""
+        out = (self.pending, self.in_flight)
+        self.pending, self.in_flight, self.state = None, [], State.CLOSED
+        return out
+
+    def busy_envs(self) -> list[int]:
+        """The envs with a first-ready call in flight, sorted."""
+        return sorted(i for ticket, _ in self.in_flight for i in ticket.envs)
+
+    def check_not_busy(self, env_ids: Iterable[int], then: str) -> None:
+        """A ValueError naming the first of `env_ids` with a first-ready call in flight."""
+        busy = set(self.busy_envs())
+        for env in env_ids:
+            if env in busy:
+                raise ValueError(
+                    f"env {env} already has a call in flight; `recv` its result before {then}."
+                )
+
+    def recv_size(self, batch_size: Any) -> int:
+        """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
+        self.check_open("recv")
+        busy = len(self.busy_envs())
+        if not busy:
+            raise NoPendingCallError(
+                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
+                "first.",
+                "recv",
+            )
+        wanted = busy if batch_size is None else batch_size
+        if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
+            raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
+        return int(wanted)

@@ -1,0 +1,320 @@
+"""Calls to workers: launch one operation per worker, wait under one deadline, judge once.
+
+A call is launched on the workers it concerns (`Calls.launch`: all or nothing, even under
+Ctrl-C), waited for (`Calls.wait`), and its outcomes are judged in one place (`Calls.judge`):
+a dead or late worker is restarted there (``on_actor_failure="restart"``) and the same
+operation sent to its replacement, whose envs report their lost episodes as truncated;
+otherwise the error is raised, naming the env indices and the method, chained to the worker's
+own error. Failures arrive as values (`Outcome`), never as exceptions thrown across the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray_multiprocess_env._engine.call_state import Call
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.records import EngineSpec
+from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
+from ray_multiprocess_env._engine.transports.waiting import wait_tickets
+from ray_multiprocess_env.errors import EnvCrashedError, RemoteEnvError, _EnvFailures
+
+__all__ = [
+    "Calls",
+    "options_of_env",
+    "options_of_worker",
+    "partial_replies",
+    "reset_kwargs",
+    "reset_positions",
+    "ticket_positions",
+]
+
+
+class Calls:
+    """Launching, waiting on and judging the calls to one pool's workers."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    def launch(
+        self,
+        op: str,
+        args_per_worker: Sequence[tuple[Any, ...] | None],
+        label: str,
+        envs_per_worker: Sequence[Sequence[int]] | None = None,
+        *,
+        shared_args: bool = False,
+    ) -> Call:
+        """Send `op` with ``args_per_worker[w]`` to each worker ``w`` whose args are not None.
+
+        The whole launch happens or none of it: arguments that cannot be serialized are a
+        `TypeError` before anything is sent, and a ``KeyboardInterrupt`` waits until every
+        worker has its message.
+        """
+        tickets: list[Ticket] = []
+        encoded = []
+        for worker, args in zip(self.pool.workers, args_per_worker, strict=True):
+            if args is None:
+                continue
+            envs = worker.envs if envs_per_worker is None else envs_per_worker[worker.index]
+            ticket = Ticket(worker.index, worker.generation, op, args, tuple(envs), shared_args)
+            try:
+                encoded.append(worker.transport.encode(ticket))
+            except Exception as err:
+                raise TypeError(
+                    f"the arguments of `{label}` for env(s) {list(envs)} cannot be serialized "
+                    f"({type(err).__name__}: {err}); nothing was sent."
+                ) from err
+            tickets.append(ticket)
+        call = Call(op, label, tickets)
+        with deferred_interrupts():  # then send to every worker, or (on an error) give up
+            try:
+                for ticket, data in zip(tickets, encoded, strict=True):
+                    self.pool.workers[ticket.worker].transport.submit(ticket, data)
+            except BaseException:
+                self.abandon(call)
+                raise
+        return call
+
+    def wait(
+        self, call: Call, timeout: float | None = None, *, resumable: bool = False
+    ) -> list[Any]:
+        """Wait for every ticket of `call`; one result per worker (None where not called).
+
+        Raises:
+            TimeoutError: Names the envs that did not answer; with `resumable` the call stays
+                waitable (the answers already in are kept), else it is given up.
+            RemoteEnvError: An env raised (`EnvCrashedError`: a worker died).
+        """
+        seconds = self.pool.options.timeout if timeout is None else timeout
+        seconds = self.pool.seconds_for(call.tickets, seconds)
+        try:
+            wait_tickets(call.tickets, deadline_in(seconds), len(call.tickets))
+            values = self.judge(call, seconds, resumable, restart_late=timeout is None)
+        except TimeoutError:
+            if not resumable:
+                self.abandon(call)
+            raise
+        except BaseException:
+            self.abandon(call)
+            raise
+        results: list[Any] = [None] * len(self.pool.workers)
+        for ticket, value in zip(call.tickets, values, strict=True):
+            results[ticket.worker] = value
+        return results
+
+    def run(
+        self, op: str, args_per_worker: Sequence[tuple[Any, ...] | None], label: str
+    ) -> list[Any]:
+        """`launch` and `wait`; the call is given up if anything interrupts it."""
+        return self.wait(self.launch(op, args_per_worker, label))
+
+    def apply(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None,
+        label: str,
+    ) -> list[Any]:
+        """Call env method `method` on each env whose args are not None; a result per env."""
+        return self.spread(
+            self.wait(self.launch_apply(method, args_per_env, kwargs_per_env, label))
+        )
+
+    def launch_apply(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None,
+        label: str,
+    ) -> Call:
+        """Launch `method` on each env whose args are not None (the ``apply`` operation)."""
+        kwargs_per_env = kwargs_per_env or [{}] * self.pool.num_envs
+        args: list[tuple[Any, ...] | None] = []
+        envs: list[list[int]] = []
+        for worker in self.pool.workers:
+            env_args = [args_per_env[i] for i in worker.envs]
+            envs.append([i for i in worker.envs if args_per_env[i] is not None])
+            if all(a is None for a in env_args):
+                args.append(None)
+            else:
+                env_kwargs = [dict(kwargs_per_env[i]) for i in worker.envs]
+                args.append((method, env_args, env_kwargs))
+        return self.launch("apply", args, label, envs)
+
+    def spread(self, results: Sequence[Any]) -> list[Any]:
+        """Per-worker ``apply`` results as one result per env (None where not called)."""
+        out: list[Any] = [None] * self.pool.num_envs
+        for worker, result in zip(self.pool.workers, results, strict=True):
+            if result is not None:
+                out[worker.envs.start : worker.envs.stop] = result
+        return out
+
+    def describe(self, require: bool) -> EngineSpec:
+        """The envs' spaces, metadata and render mode, asked of every worker.
+
+        Raises:
+            ValueError: If `require` and an env's spaces differ from env 0's (it is named).
+        """
+        descriptions = self.run("describe", [()] * len(self.pool.workers), "describe")
+        first: dict[str, Any] = descriptions[0]
+        mismatch = next((d["mismatch"] for d in descriptions if d["mismatch"]), None)
+        for worker, description in zip(self.pool.workers, descriptions, strict=True):
+            for space in ("observation_space", "action_space"):
+                if mismatch is None and description[space] != first[space]:
+                    mismatch = (
+                        f"env {worker.envs.start} has {space} {description[space]} but env 0 "
+                        f"has {first[space]}"
+                    )
+        if mismatch is not None and require:
+            raise ValueError(f"{mismatch}; every env of a vector env needs the same spaces.")
+        return EngineSpec(
+            self.pool.num_envs,
+            first["observation_space"],
+            first["action_space"],
+            first["metadata"],
+            first["render_mode"],
+            mismatch is None and first["observation_space"] is not None,
+        )
+
+    def abandon(self, call: Call) -> None:
+        """Give `call` up: replies still to come for it are dropped."""
+        for ticket in call.tickets:
+            if ticket.outcome is None and ticket.transport is not None:
+                ticket.transport.forget(ticket)
+
+    # -- judging outcomes (the one place that decides: result, restart or raise) -------------
+    def judge(
+        self, call: Call, seconds: float | None, resumable: bool, restart_late: bool = False
+    ) -> list[Any]:
+        """The values of `call`'s tickets, after restarting lost workers; or the error.
+
+        A worker that died is restarted (with ``on_actor_failure="restart"``); one that is
+        late only when `restart_late` (the vector env's own `timeout` ran out, not a shorter
+        one given to this wait).
+        """
+        tickets = call.tickets
+        if all(t.outcome is not None and t.outcome.ok for t in tickets):  # the usual case
+            return [t.outcome.value for t in tickets]  # type: ignore[union-attr]
+        lost = [
+            t
+            for t in call.tickets
+            if (t.outcome is None and restart_late) or (t.outcome is not None and t.outcome.died)
+        ]
+        if lost and self.pool.can_restart:
+            self._replace(call, lost)
+        failures = [t for t in call.tickets if t.outcome is not None and not t.outcome.ok]
+        if failures:
+            raise self.error(call, failures)
+        late = sorted(i for t in call.tickets if t.outcome is None for i in t.envs)
+        if late:
+            again = (
+                " The envs that answered keep their results: call `step_wait` again to wait longer."
+                if resumable
+                else " Their call is still running: the next call to them waits behind it."
+            )
+            raise TimeoutError(
+                f"`{call.label}` timed out after {seconds} s: env(s) {late} did not answer."
+                f"{again} Raise `timeout` if the env is slow, or close this vector env "
+                "(`on_actor_failure='restart'` restarts such workers instead)."
+            )
+        return [t.outcome.value for t in call.tickets if t.outcome is not None]
+
+    def _replace(self, call: Call, lost: list[Ticket]) -> None:
+        """Restart the workers of `lost` tickets and give each ticket its replacement's answer."""
+        retries = []
+        for ticket in lost:
+            if ticket.outcome is None and ticket.transport is not None:
+                ticket.transport.forget(ticket)
+            why = "did not answer in time" if ticket.outcome is None else "died"
+            self.pool.restart(ticket.worker, ticket.generation, call.label, why)
+            worker = self.pool.workers[ticket.worker]
+            retry = Ticket(
+                ticket.worker,
+                worker.generation,
+                ticket.op,
+                ticket.args,
+                ticket.envs,
+                ticket.shared_args,
+            )
+            worker.transport.submit(retry)
+            retries.append(retry)
+        wait_tickets(retries, deadline_in(self.pool.options.restart_bound), len(retries))
+        for ticket, retry in zip(lost, retries, strict=True):
+            if retry.outcome is None or retry.outcome.died:
+                error = retry.outcome.error if retry.outcome is not None else None
+                raise EnvCrashedError(
+                    ticket.envs[0],
+                    call.label,
+                    error or TimeoutError("the restarted worker did not answer"),
+                    env_indices=ticket.envs,
+                )
+            ticket.outcome = retry.outcome
+
+    def error(self, call: Call, failures: list[Ticket]) -> RemoteEnvError:
+        """The error of `call` naming every env of the `failures` (the call is given up)."""
+        self.abandon(call)
+        named: list[tuple[list[int], BaseException, bool]] = []
+        for ticket in failures:
+            assert ticket.outcome is not None
+            error = ticket.outcome.error or RuntimeError("no error was reported")
+            cause = getattr(error, "cause", None)
+            envs = cause.env_indices if isinstance(cause, _EnvFailures) else list(ticket.envs)
+            named.append((envs, error, ticket.outcome.died))
+        first_envs, first_error, _ = named[0]
+        kind = EnvCrashedError if any(died for _, _, died in named) else RemoteEnvError
+        indices = [i for envs, _, _ in named for i in envs]
+        error = kind(first_envs[0], call.label, first_error, env_indices=indices)
+        error.__cause__ = first_error
+        return error
+
+
+def partial_replies(call: Call) -> dict[int, Any] | None:
+    """What each worker of a failed `call` answered (its reply, or its envs' partial reply).
+
+    None unless every worker of the call answered: a worker that died or is late has none.
+    """
+    replies: dict[int, Any] = {}
+    for ticket in call.tickets:
+        outcome = ticket.outcome
+        if outcome is None or outcome.died:
+            return None
+        cause = getattr(outcome.error, "cause", None)
+        if outcome.ok:
+            replies[ticket.worker] = outcome.value
+        elif isinstance(cause, _EnvFailures) and cause.partial is not None:
+            replies[ticket.worker] = cause.partial
+        else:
+            return None
+    return replies
+
+
+def reset_kwargs(seed: int | None, options: Any) -> dict[str, Any]:
+    """The keyword arguments of one env's ``reset`` (None values left out)."""
+    kwargs: dict[str, Any] = {} if seed is None else {"seed": seed}
+    if options is not None:
+        kwargs["options"] = options
+    return kwargs
+
+
+def options_of_env(options: Any, env: int) -> Any:
+    """Env `env`'s options: the one dict for all, or its entry of one per env."""
+    return options if options is None or isinstance(options, Mapping) else options[env]
+
+
+def options_of_worker(options: Any, span: slice) -> Any:
+    """A worker's part of options: the one dict for all, or its entries of one per env."""
+    return options if options is None or isinstance(options, Mapping) else list(options[span])
+
+
+def reset_positions(args: tuple[Any, ...] | None) -> list[int] | None:
+    """The positions a ``reset`` with these arguments resets (None: all of the worker's)."""
+    mask = None if args is None else args[2]
+    return None if mask is None else [k for k, m in enumerate(mask) if m]
+
+
+def ticket_positions(ticket: Ticket) -> list[int] | None:
+    """The positions a ``step`` or ``reset`` ticket ran in its worker (None: all)."""
+    return ticket.args[1] if ticket.op == "step" else reset_positions(ticket.args)

@@ -1,0 +1,386 @@
+"""`Engine`: the workers of one vector env, spoken to in whole batches.
+
+The faces (`RayVectorEnv`, `GymnasiumVectorEnv`, `SB3VecEnv`) use only these verbs: `reset`,
+`async_reset`, `step_async`/`step_wait`, first-ready `send`/`recv`, `call` on envs, `seed`,
+`close`, and `spec`, `closed`, `workers`, `node_ids`. Each verb checks the one call state
+(`CallState`), takes per-env arguments, splits them per worker itself, and returns one `Batch`:
+observations, rewards, flags and infos of every env (or of the envs a `recv` returns), already
+batched where they were made (the workers write their rows into the `BatchStore`). A face never
+sees the workers' layout.
+
+Pools of the user's own env actors (`of_actors`), and of envs whose spaces differ, have no
+batch layout: their verbs run each env's own method and hand back what it returned
+(`Batch.rows`).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from gymnasium.vector import AutoresetMode
+
+from ray_multiprocess_env._engine.call_state import Call, CallState
+from ray_multiprocess_env._engine.calls import (
+    Calls,
+    options_of_env,
+    options_of_worker,
+    partial_replies,
+    reset_kwargs,
+    reset_positions,
+)
+from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.options import (
+    Options,
+    check_env_fns,
+    check_positive_int,
+    check_worker_options,
+)
+from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker
+from ray_multiprocess_env._engine.ray_launcher import ActorLauncher, RayLauncher
+from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
+from ray_multiprocess_env._engine.store import BatchStore
+from ray_multiprocess_env._engine.transports.base import deadline_in
+from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport
+from ray_multiprocess_env.batch import copy_batch, split_batch, take
+from ray_multiprocess_env.errors import RemoteEnvError
+from ray_multiprocess_env.placement import plan_placement
+
+__all__ = ["Engine"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds `close` gives the envs to close before it kills their workers anyway.
+_CLOSE_S = 30.0
+
+PerEnv = Sequence[Any]
+
+
+class Engine(FirstReadyVerbs):
+    """The workers of one vector env and the calls to them (see the module docstring).
+
+    Args:
+        pool: The started workers.
+        name: The face's class name, for messages.
+        info_layout: ``"batched"`` (gymnasium's dict) or ``"per_env"`` (a dict per env).
+        uniform: ``"require"``: every env must have the same spaces (a `ValueError` names
+            one that differs); ``"prefer"``: envs that differ are stepped one by one;
+            ``"none"``: the pool's envs are not asked (the user's own actors).
+    """
+
+    def __init__(
+        self, pool: Pool, *, name: str, info_layout: str = "batched", uniform: str = "require"
+    ) -> None:
+        self._pool, self._calls = pool, Calls(pool)
+        self._state = CallState(name)
+        self._has_method: dict[str, list[bool]] = {}
+        self._store: BatchStore | None = None
+        try:
+            self.spec = EngineSpec(pool.num_envs)
+            if uniform != "none":
+                self.spec = self._calls.describe(uniform == "require")
+            if self.spec.uniform:
+                local = any(w.node_id == _here() for w in pool.workers)
+                self._store = BatchStore(
+                    self.spec.observation_space,
+                    self.spec.action_space,
+                    pool.num_envs,
+                    share=local and pool.options.transport == "auto",
+                    batched_infos=info_layout == "batched",
+                )
+                pool.shared = self._store.shared
+            deadline = deadline_in(pool.options.bound)
+            pool.launcher.open(pool.workers, pool.shared, [], deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    @classmethod
+    def start(
+        cls,
+        env_fns: Sequence[Callable[[], Any]],
+        envs_per_worker: int,
+        options: Options,
+        *,
+        name: str,
+        info_layout: str = "batched",
+        uniform: str = "require",
+        autoreset: bool = True,
+        launcher: Launcher | None = None,
+    ) -> Engine:
+        """Start `EnvWorker` actors of `envs_per_worker` envs each (`launcher`: in tests).
+
+        With `autoreset` False the workers never reset an env by themselves (pfrl's way),
+        whatever the options' autoreset mode.
+        """
+        factories = check_env_fns(env_fns)
+        per_worker = check_positive_int("envs_per_worker", envs_per_worker)
+        check_worker_options(options.actor_options)
+        if launcher is None:
+            count = -(-len(factories) // per_worker)
+            plan = plan_placement(
+                options.placement, count, options.actor_options, timeout=options.timeout
+            )
+            mode = options.autoreset_mode if autoreset else AutoresetMode.DISABLED
+            worker_args = {"autoreset_mode": mode.value, "info_layout": info_layout}
+            launcher = RayLauncher(options, plan, worker_args)
+        pool = Pool.start(factories, per_worker, options, launcher)
+        return cls(pool, name=name, info_layout=info_layout, uniform=uniform)
+
+    @classmethod
+    def of_actors(
+        cls, actors: Sequence[Any], options: Options, *, name: str, plan: Any = None
+    ) -> Engine:
+        """An engine over the user's own env actors, one env each, over Ray calls."""
+        workers = [
+            Worker(i, actor, range(i, i + 1), ActorTransport(actor))
+            for i, actor in enumerate(actors)
+        ]
+        pool = Pool(workers, options, ActorLauncher(options, plan))
+        pool.unstarted = {worker.index for worker in workers}  # their first call waits longer
+        return cls(pool, name=name, uniform="none")
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._state.state.value == "closed"
+
+    @property
+    def workers(self) -> tuple[WorkerInfo, ...]:
+        """Each worker's actor, envs and node (None where not known: `node_ids` asks)."""
+        return tuple(WorkerInfo(w.actor, w.envs, w.node_id) for w in self._pool.workers)
+
+    # -- reset ------------------------------------------------------------------------------------
+    def reset(
+        self,
+        seeds: PerEnv | None = None,
+        options: Mapping[str, Any] | PerEnv | None = None,
+        mask: np.ndarray | None = None,
+        *,
+        label: str = "reset",
+        in_flight_ok: bool = False,
+    ) -> Batch:
+        """Reset every env, or those where `mask` is True; the whole batch after it.
+
+        Args:
+            seeds: One seed (or None) per env; None for every env: the seeds `seed` kept.
+            options: One options dict for every env, or one (or None) per env.
+            mask: Which envs to reset (a bool array); None: all.
+            label: The method named in errors.
+            in_flight_ok: Allowed while first-ready calls are out (not for their envs).
+        """
+        self._state.check_idle(label, in_flight_ok=in_flight_ok)
+        envs = None if mask is None else np.flatnonzero(mask)
+        if envs is not None:
+            self._state.check_not_busy(envs.tolist(), "resetting it")
+        if self._store is not None and mask is not None:
+            self._store.check_ready(mask)
+        seeds = self._pool.seeds.for_reset(
+            seeds, range(self.spec.num_envs) if envs is None else envs.tolist()
+        )
+        if self._store is None:
+            kwargs = [
+                reset_kwargs(seed, options_of_env(options, env)) for env, seed in enumerate(seeds)
+            ]
+            skip = [mask is not None and not mask[env] for env in range(len(seeds))]
+            rows = self._calls.apply("reset", [None if s else () for s in skip], kwargs, label)
+            return Batch(None, None, None, None, None, rows=rows)
+        args: list[tuple[Any, ...] | None] = []
+        for worker in self._pool.workers:
+            span = slice(worker.envs.start, worker.envs.stop)
+            worker_mask = None if mask is None else mask[span].tolist()
+            if worker_mask is not None and in_flight_ok and not any(worker_mask):
+                args.append(None)  # (otherwise it answers once earlier calls are done)
+            else:
+                args.append((seeds[span], options_of_worker(options, span), worker_mask))
+        replies = self._calls.run("reset", args, label)
+        self._store.ready[envs if envs is not None else slice(None)] = True
+        return self._assemble(replies, [reset_positions(a) for a in args], envs)
+
+    # -- step --------------------------------------------------------------------------------
+    def step_async(self, actions: Any, *, label: str = "step_async") -> None:
+        """Send one action per env (a batch of the action space, or a sequence); don't wait."""
+        self._state.check_idle(label)
+        if self._store is None:
+            call = self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
+        else:
+            bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
+            chunks = split_batch(self.spec.action_space, actions, bounds)
+            args = [(chunk, None) for chunk in chunks]
+            call = self._calls.launch("step", args, "step", shared_args=True)
+        self._state.begin_step(call)
+
+    def step_wait(self, timeout: float | None = None) -> Batch:
+        """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
+        call = self._state.take_pending()
+        try:
+            replies = self._calls.wait(call, timeout, resumable=True)
+        except TimeoutError:
+            self._state.keep_pending(call)
+            raise
+        except RemoteEnvError as error:
+            self._attach_results(error, call)
+            raise
+        if self._store is None:
+            return Batch(None, None, None, None, None, rows=self._calls.spread(replies))
+        return self._assemble(replies, [None] * len(replies))
+
+    # -- calls on envs -----------------------------------------------------------------------------
+    def call(
+        self,
+        method: str,
+        args_per_env: Sequence[tuple[Any, ...] | None],
+        kwargs_per_env: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        label: str | None = None,
+        in_flight_ok: bool = False,
+    ) -> list[Any]:
+        """Call env method `method` on each env whose args are not None; a result per env.
+
+        ``call``, ``get_attr``, ``set_attr``, ``has_attr`` and ``is_wrapped`` look through
+        gymnasium's wrappers (see `EnvWorker`).
+        """
+        self._state.check_idle(label or method, in_flight_ok=in_flight_ok)
+        return self._calls.apply(method, args_per_env, kwargs_per_env, label or method)
+
+    def seed(self, seeds: Sequence[int | None]) -> list[Any]:
+        """Seed each env now if it has a ``seed`` method (old gym), else at its next reset.
+
+        Returns:
+            What each env's ``seed`` returned, or the seed kept for its next reset.
+        """
+        self._state.check_open("seed")
+        has_seed = self._has("seed")
+        args = [(s,) if has else None for s, has in zip(seeds, has_seed, strict=True)]
+        returned = self._calls.apply("seed", args, None, "seed") if any(has_seed) else None
+        self._pool.seeds.note(seeds)
+        out: list[Any] = []
+        for env, seed in enumerate(seeds):
+            if has_seed[env] and returned is not None:
+                out.append(returned[env])
+            else:
+                self._pool.seeds.keep(env, seed)
+                out.append(seed)
+        return out
+
+    def node_ids(self) -> tuple[str, ...]:
+        """The Ray node id of each env's worker, by env index."""
+        self._state.check_open("node_ids")
+        workers = self._pool.workers
+        if any(w.node_id is None for w in workers):
+            nodes = self._calls.run("node_id", [()] * len(workers), "node_ids")
+            for worker, node in zip(workers, nodes, strict=True):
+                worker.node_id = node
+        return tuple(str(w.node_id) for w in workers for _ in w.envs)
+
+    def run_on_workers(self, op: str) -> list[Any]:
+        """Run a worker operation (``pid``, ``node_id``) on every worker: one result each."""
+        self._state.check_open(op)
+        return self._calls.run(op, [()] * len(self._pool.workers), op)
+
+    # -- close ----------------------------------------------------------------------------------
+    def close(self, *, kill: bool = True) -> None:
+        """Close every env, then kill the workers; bounded in time, idempotent.
+
+        An env whose ``close`` fails or does not answer in time is logged and its worker
+        killed anyway; with ``kill=False`` (the user keeps the actors) the failure is raised.
+        """
+        if self.closed:
+            return
+        pending, in_flight = self._state.close()
+        if pending is not None:
+            self._calls.abandon(pending)
+        self._calls.abandon(Call("close", "close", [t for t, _ in in_flight]))
+        try:
+            if self._pool.launcher.reachable():
+                self._close_envs(kill)
+        finally:
+            with deferred_interrupts():  # all or nothing: no worker left running
+                if kill:
+                    self._pool.kill()
+                else:
+                    self._pool.close_transports()
+                    self._pool.launcher.release()
+                self._release_memory()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _has(self, name: str) -> list[bool]:
+        """Whether each env has a method `name` (asked once, then cached)."""
+        if name not in self._has_method:
+            answers = self._calls.run("has_method", [(name,)] * len(self._pool.workers), name)
+            self._has_method[name] = [flag for answer in answers for flag in answer]
+        return self._has_method[name]
+
+    def _assemble(
+        self, replies: Sequence[Any], positions: Sequence[Any], envs: np.ndarray | None = None
+    ) -> Batch:
+        """The batch after a call of every worker (None: not called) with these replies."""
+        answered = [
+            (worker.envs.start, reply, where)
+            for worker, reply, where in zip(self._pool.workers, replies, positions, strict=True)
+            if reply is not None
+        ]
+        return self._collect(answered, envs, None)
+
+    def _collect(self, answered: list[Any], envs: np.ndarray | None, ids: Any) -> Batch:
+        assert self._store is not None
+        batch, specs = self._store.collect(answered, envs, ids)
+        if specs:  # numeric info keys seen for the first time get columns in shared memory
+            self._pool.columns += specs
+            for worker in self._pool.workers:
+                worker.transport.share_infos(specs)
+        return batch
+
+    def _attach_results(self, error: RemoteEnvError, call: Call) -> None:
+        """Give a failed step's `error` what the step would have returned, if all answered."""
+        replies = partial_replies(call)
+        if replies is None or self._store is None:
+            return
+        workers = self._pool.workers
+        batch = self._assemble([replies.get(w.index) for w in workers], [None] * len(workers))
+        batch.observations = copy_batch(batch.observations)
+        for name in ("rewards", "terminations", "truncations"):
+            setattr(batch, name, np.array(getattr(batch, name)))
+        batch.shared = False
+        error._batch = batch
+        for worker in workers:
+            rows = list(worker.envs)
+            error.worker_results[worker.index] = (
+                take(self.spec.observation_space, batch.observations, rows),
+                *(array[rows] for array in batch.arrays()),
+            )
+
+    def _close_envs(self, kill: bool) -> None:
+        """Ask every worker to close its envs, within `_CLOSE_S` at most."""
+        seconds = min(self._pool.options.bound, _CLOSE_S)
+        failed = self._pool.close_envs(seconds)
+        if not failed:
+            return
+        errors = [t for t in failed if t.outcome is not None]
+        if errors:
+            error: Exception = self._calls.error(Call("close", "close", failed), errors)
+        else:
+            late = sorted(i for t in failed for i in t.envs)
+            error = TimeoutError(
+                f"`close` timed out after {seconds} s: env(s) {late} did not answer."
+            )
+        if not kill:
+            raise error
+        logger.warning("Killing the actors after a failed `close`: %s", error)
+
+    def _release_memory(self) -> None:
+        """Release the shared memory, even where a failure's traceback still holds views."""
+        store, self._store, self._pool.shared = self._store, None, None
+        if store is not None and not store.close():
+            gc.collect()  # e.g. a reference cycle of a dead worker's error
+            if not store.close():
+                logger.info("Shared memory stays mapped while views from `copy=False` live.")
+
+
+def _here() -> str | None:
+    return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else None

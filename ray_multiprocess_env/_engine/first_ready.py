@@ -1,0 +1,139 @@
+"""First-ready calls: envpool's ``send``/``recv`` and ``async_reset``, verbs of the `Engine`.
+
+An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv` returns
+as soon as at least ``batch_size`` envs are done. The tickets in flight are the call state's
+(`CallState.in_flight`); `recv` waits on them and judges those that finished as `Calls.judge`
+does for a whole call: a dead worker is restarted there, an env error raised while the envs
+that answered fine wait for the next `recv`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ray_multiprocess_env._engine.call_state import Call, CallState
+from ray_multiprocess_env._engine.calls import (
+    Calls,
+    options_of_env,
+    options_of_worker,
+    reset_kwargs,
+    ticket_positions,
+)
+from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.records import Batch, EngineSpec
+from ray_multiprocess_env._engine.store import BatchStore
+from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
+from ray_multiprocess_env._engine.transports.waiting import wait_tickets
+from ray_multiprocess_env.batch import take
+from ray_multiprocess_env.compat import reset_as_step
+from ray_multiprocess_env.errors import RemoteEnvError
+
+__all__ = ["FirstReadyVerbs"]
+
+
+class FirstReadyVerbs:
+    """The first-ready verbs of `Engine` (which provides the attributes below)."""
+
+    spec: EngineSpec
+    _pool: Pool
+    _calls: Calls
+    _state: CallState
+    _store: BatchStore | None
+
+    def _collect(self, answered: list[Any], envs: np.ndarray | None, ids: Any) -> Batch:
+        raise NotImplementedError  # pragma: no cover - `Engine` defines it
+
+    def async_reset(self, seeds: Sequence[Any] | None = None, options: Any = None) -> None:
+        """Reset every env without waiting; `recv` returns them as they finish."""
+        self._state.check_idle("async_reset")
+        seeds = self._pool.seeds.for_reset(seeds, range(self.spec.num_envs))
+        if self._store is None:
+            kwargs = [reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)]
+            call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
+        else:
+            args: list[tuple[Any, ...] | None] = []
+            for worker in self._pool.workers:
+                span = slice(worker.envs.start, worker.envs.stop)
+                args.append((seeds[span], options_of_worker(options, span), None))
+            call = self._calls.launch("reset", args, "async_reset")
+            self._store.ready[:] = True
+        self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+
+    def send(self, actions: Any, env_ids: Sequence[int]) -> None:
+        """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""
+        self._state.check_idle("send", in_flight_ok=True)
+        self._state.check_not_busy(env_ids, "sending it another action")
+        if self._store is None:
+            per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
+            for env, action in zip(env_ids, actions, strict=True):
+                per_env[env] = (action,)
+            call = self._calls.launch_apply("step", per_env, None, "send")
+        else:
+            ids = np.asarray(env_ids, dtype=np.int64)
+            args: list[tuple[Any, ...] | None] = []
+            envs: list[list[int]] = []
+            for worker in self._pool.workers:
+                rows = np.flatnonzero((ids >= worker.envs.start) & (ids < worker.envs.stop))
+                mine = ids[rows].tolist()
+                envs.append(mine)
+                chunk = take(self.spec.action_space, actions, rows.tolist()) if mine else None
+                args.append((chunk, [e - worker.envs.start for e in mine]) if mine else None)
+            call = self._calls.launch("step", args, "send", envs, shared_args=True)
+        self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
+
+    def recv(self, batch_size: int | None = None, timeout: float | None = None) -> Batch:
+        """The results of the first envs to finish what `send`/`async_reset` started.
+
+        Raises:
+            TimeoutError: Names the envs still out; they stay in flight.
+            RemoteEnvError: An env raised (or a worker died and is not restarted).
+        """
+        done = self._first(self._state.recv_size(batch_size), timeout)
+        if self._store is None:  # each env's own result; a reset's looks like a step
+            received = []
+            for ticket, kind, values in done:
+                start = self._pool.workers[ticket.worker].envs.start
+                for env in ticket.envs:
+                    value = values[env - start]
+                    received.append((env, reset_as_step(value) if kind == "reset" else value))
+            received.sort(key=lambda item: item[0])
+            ids = np.array([env for env, _ in received], dtype=np.int64)
+            return Batch(None, None, None, None, None, ids, rows=[r for _, r in received])
+        ids = np.array(sorted(e for ticket, _, _ in done for e in ticket.envs), dtype=np.int64)
+        answered = [
+            (self._pool.workers[t.worker].envs.start, value, ticket_positions(t))
+            for t, _, value in done
+        ]
+        return self._collect(answered, ids, ids)
+
+    def _first(self, min_envs: int, timeout: float | None) -> list[tuple[Ticket, str, Any]]:
+        """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
+
+        Everything already finished is included.
+        """
+        tickets = [ticket for ticket, _ in self._state.in_flight]
+        seconds = self._pool.options.timeout if timeout is None else timeout
+        seconds = self._pool.seconds_for(tickets, seconds)
+        deadline = deadline_in(seconds)
+        while any(t.outcome is None for t in tickets) and (
+            sum(len(t.envs) for t in tickets if t.outcome is not None) < min_envs
+        ):
+            before = sum(t.outcome is not None for t in tickets)
+            wait_tickets(tickets, deadline, before + 1)
+            if sum(t.outcome is not None for t in tickets) == before:
+                late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
+                raise TimeoutError(
+                    f"`recv` timed out after {seconds} s: env(s) {late} did not answer. They "
+                    "stay in flight: call `recv` again to wait longer, or close this vector env."
+                )
+        done = self._state.take_done()
+        try:
+            values = self._calls.judge(Call("step", "recv", [t for t, _ in done]), seconds, False)
+        except RemoteEnvError:  # the answers that came back fine wait for the next `recv`
+            good = [(t, kind) for t, kind in done if t.outcome is not None and t.outcome.ok]
+            self._state.put_in_flight(good)
+            raise
+        return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]

@@ -1,0 +1,214 @@
+"""`RayLauncher`: workers as Ray actors, placed as asked, on the transport that suits each.
+
+Each worker is an `EnvWorker` actor created with the placement plan's options. Once it is up,
+its transport is chosen by where it runs: shared memory (with pipes for the messages) for a
+worker on the driver's node (``transport="auto"`` and spaces with a fixed layout), pipes alone
+for one whose batch has no layout or with ``transport="pipe"``, Ray calls for workers on other
+nodes, with ``transport="ray"``, and where the platform has no named pipes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayError
+
+from ray_multiprocess_env._engine.options import Options
+from ray_multiprocess_env._engine.pool import Worker
+from ray_multiprocess_env._engine.transports.base import remaining
+from ray_multiprocess_env._engine.transports.pipes import PipeTransport, pipes_supported
+from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, RayCallTransport
+from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._protocol.shared_layout import SharedBatch
+from ray_multiprocess_env.errors import EnvCrashedError
+from ray_multiprocess_env.placement import PlacementPlan
+from ray_multiprocess_env.runtime import ensure_runtime
+from ray_multiprocess_env.worker import EnvWorker
+
+__all__ = ["ActorLauncher", "RayLauncher"]
+
+logger = logging.getLogger(__name__)
+
+
+class RayLauncher:
+    """Starts `EnvWorker` actors (see the module docstring); `worker_args` go to each.
+
+    Args:
+        options: The vector env's options (actor options, transport, timeouts).
+        plan: Where each worker goes (None: Ray's default placement).
+        worker_args: `EnvWorker`'s arguments after its envs: autoreset mode and info layout.
+    """
+
+    def __init__(
+        self,
+        options: Options,
+        plan: PlacementPlan | None = None,
+        worker_args: dict[str, Any] | None = None,
+    ) -> None:
+        self.options, self.plan = options, plan
+        self._worker_args = dict(worker_args or {})
+        self._serving: dict[int, Any] = {}  # the `serve` call of each worker on pipes
+
+    def create(
+        self, index: int, env_fns: Sequence[Callable[[], Any]], envs: range, seeds: Any
+    ) -> Any:
+        """Create the actor of worker `index`; nothing waits for it."""
+        ensure_runtime()
+        options = self.plan.options(index) if self.plan is not None else {}
+        try:
+            return (
+                _worker_class()
+                .options(**options)
+                .remote(list(env_fns), list(envs), restart_seeds=seeds, **self._worker_args)
+            )
+        except Exception as err:
+            raise _creation_error(err, envs, options) from err
+
+    def connect(self, workers: Sequence[Worker], deadline: float | None, label: str) -> None:
+        """Wait until the actors are up (their node ids); Ray calls until `open`."""
+        refs = [worker.actor.handle.remote("node_id", ()) for worker in workers]
+        nodes = self._wait_started(workers, refs, deadline, label)
+        for worker, node in zip(workers, nodes, strict=True):
+            worker.node_id, worker.transport = node, RayCallTransport(worker.actor)
+
+    def _wait_started(
+        self, workers: Sequence[Worker], refs: list[Any], deadline: float | None, label: str
+    ) -> list[Any]:
+        """The results of `refs`, the first calls of `workers`, once all started."""
+        try:
+            return list(ray.get(refs, timeout=remaining(deadline)))
+        except GetTimeoutError:
+            raise TimeoutError(self._late_start(workers, label)) from None
+        except RayError as err:
+            failed = next(w for w, r in zip(workers, refs, strict=True) if _failed(r))
+            raise EnvCrashedError(failed.envs.start, label, err, env_indices=failed.envs) from err
+
+    def open(
+        self,
+        workers: Sequence[Worker],
+        shared: SharedBatch | None,
+        columns: Sequence[dict[str, Any]],
+        deadline: float | None,
+    ) -> None:
+        """Pipes (and `shared` memory, with ``"auto"``) to the workers on this node."""
+        if self.options.transport == "ray" or not pipes_supported():
+            return
+        here = ray.get_runtime_context().get_node_id()
+        grace = min(self.options.bound, 10.0)
+        for worker in workers:
+            if worker.node_id != here:
+                continue
+            if shared is not None and self.options.transport == "auto":
+                span = (worker.envs.start, worker.envs.stop)
+                try:
+                    memory = SharedMemoryTransport(
+                        worker.actor, deadline, grace, shared, span, columns
+                    )
+                    worker.transport, self._serving[worker.index] = memory, memory.serve_ref
+                    continue
+                except Exception as err:  # e.g. /proc not readable: pipes alone
+                    logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), err)
+                    self._stop_serving(worker)
+            try:
+                pipe = PipeTransport(worker.actor, deadline, grace)
+                worker.transport, self._serving[worker.index] = pipe, pipe.serve_ref
+            except (OSError, RuntimeError, TimeoutError, RayError) as err:
+                logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), err)
+
+    def _stop_serving(self, worker: Worker) -> None:
+        """After a transport that failed half-way: the worker's `serve` ends, Ray calls work."""
+        serving = self._serving.pop(worker.index, None)
+        if serving is not None:
+            ray.wait([serving], timeout=min(self.options.bound, 10.0))
+        worker.transport = RayCallTransport(worker.actor)
+
+    def kill(self, worker: Worker, *, wait_gone: bool = False) -> None:
+        """Close `worker`'s transport and kill its actor (`wait_gone`: until its pipe ended)."""
+        worker.transport.close()
+        serving = self._serving.pop(worker.index, None)
+        if ray.is_initialized():
+            ray.kill(worker.actor, no_restart=True)
+            if wait_gone and serving is not None:
+                # the old worker may still be writing its rows of the shared memory until then
+                ray.wait([serving], timeout=min(self.options.bound, 10.0))
+
+    def release(self) -> None:
+        """Remove the placement group made for the workers, if any."""
+        if self.plan is not None:
+            self.plan.release()
+
+    @staticmethod
+    def reachable() -> bool:
+        """Whether Ray still runs (at interpreter exit it may be gone, and the actors too)."""
+        return bool(ray.is_initialized())
+
+    def _late_start(self, workers: Sequence[Worker], label: str) -> str:
+        placement = self.options.placement
+        where = f" with `placement={placement!r}`" if placement is not None else ""
+        envs = [i for worker in workers for i in worker.envs]
+        seconds = self.options.start_bound if label == "start" else self.options.restart_bound
+        return (
+            f"`{label}`: the worker(s) of env(s) {envs} did not start within "
+            f"{seconds:g} s{where}; the cluster has "
+            f"{ray.available_resources()} free of {ray.cluster_resources()}. "  # type: ignore[no-untyped-call]
+            "Check that the placement can be satisfied (nodes, resources), or raise `timeout`."
+        )
+
+
+class ActorLauncher(RayLauncher):
+    """The user's own env actors (one env each): nothing to create, Ray calls to each."""
+
+    def connect(self, workers: Sequence[Worker], deadline: float | None, label: str) -> None:
+        """Ray calls of each actor's own methods (its first call waits for it to start)."""
+        for worker in workers:
+            worker.transport = ActorTransport(worker.actor)
+
+    def open(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing: a plain actor has no pipes to serve."""
+
+    def kill(self, worker: Worker, *, wait_gone: bool = False) -> None:
+        """Kill the actor."""
+        worker.transport.close()
+        if ray.is_initialized():
+            ray.kill(worker.actor, no_restart=True)
+
+
+@functools.cache
+def _worker_class() -> Any:
+    """The Ray actor class of `EnvWorker`, made once (Ray exports a class once per object)."""
+    return ray.remote(EnvWorker)
+
+
+def _failed(ref: Any) -> bool:
+    ready, _ = ray.wait([ref], timeout=0)
+    if not ready:
+        return False
+    try:
+        ray.get(ref, timeout=0)
+    except RayError:
+        return True
+    return False
+
+
+def _creation_error(err: Exception, envs: range, options: dict[str, Any]) -> Exception:
+    """A user error for an actor Ray would not create: bad options, or unpicklable factories."""
+    start, stop = envs.start, envs.stop
+    lines = str(err).splitlines() or [""]
+    reason = next((line for line in lines if "cannot pickle" in line), None)
+    if reason is None and "serialize" not in str(err):
+        return ValueError(
+            f"the worker of envs {start}..{stop - 1} could not be created with the options "
+            f"{options!r}: {lines[0]} Fix `actor_options` or `placement` (a `runtime_env` with "
+            "local directories goes to `ray.init(runtime_env=...)`)."
+        )
+    reason = (reason or lines[0]).replace("\x1b[31m", "").replace("\x1b[39m", "").strip()
+    return TypeError(
+        f"the env factories of envs {start}..{stop - 1} could not be sent to a Ray worker "
+        f"({reason}). Env factories must be picklable: use a module-level function or "
+        "`functools.partial`, with no open files, locks or sockets in closures. Ray's "
+        "diagnosis is in this error's `__cause__`."
+    )

@@ -1,0 +1,238 @@
+"""`BatchStore`: the current batch of every env, kept on the driver in one place.
+
+Every `reset`, `step` and `recv` updates the rows of the envs it ran, so the batch is always
+the latest of every env, whichever verb ran last (a masked reset after first-ready steps hands
+out the right rows). Same-node workers write their rows straight into it (it is shared memory,
+`SharedBatch`); the replies of the others are copied into their rows (`put`). A full batch is
+then handed out as views, with no work per env; the rows of some envs (`recv`) as copies.
+
+Infos: the workers' pieces are merged in gymnasium's layout (`merge_infos`), and numeric keys
+seen once get a column in shared memory (`learn`), written by the same-node workers in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._protocol.infos import InfoColumn, learnable, merge_infos
+from ray_multiprocess_env._protocol.shared_layout import (
+    ColumnBlock,
+    SharedBatch,
+    covered,
+)
+from ray_multiprocess_env.batch import stack, take, unstack
+
+__all__ = ["BatchStore"]
+
+#: At most this many info keys get a column in shared memory.
+_MAX_COLUMNS = 64
+
+
+class BatchStore:
+    """The current batch of `num_envs` envs of these spaces (see the module docstring).
+
+    Args:
+        share: Put it in shared memory (for same-node workers), if the spaces have a layout.
+        batched_infos: Infos in gymnasium's batched layout (else one dict per env).
+    """
+
+    def __init__(
+        self,
+        observation_space: Any,
+        action_space: Any,
+        num_envs: int,
+        *,
+        share: bool,
+        batched_infos: bool,
+    ) -> None:
+        self.num_envs = num_envs
+        self._space = observation_space
+        self._action_space = action_space
+        self._batched_infos = batched_infos
+        self.ready = np.zeros(num_envs, dtype=np.bool_)  # envs reset at least once
+        self.columns: list[InfoColumn] = []
+        self._blocks: list[ColumnBlock] = []
+        self._learned: set[tuple[str, ...]] = set()
+        self._memory: SharedBatch | None = None
+        self._obs_list: list[Any] | None = None
+        if covered(observation_space) and covered(action_space):
+            self._memory = SharedBatch.create(
+                observation_space, action_space, num_envs, share=share
+            )
+            views = self._memory.views(0, num_envs)
+            self.observations: Any = views.observations
+            self.rewards, self.terminations = views.rewards, views.terminations
+            self.truncations = views.truncations
+        else:
+            self._obs_list = [None] * num_envs
+            self.observations = None
+            self.rewards = np.zeros(num_envs, dtype=np.float64)
+            self.terminations = np.zeros(num_envs, dtype=np.bool_)
+            self.truncations = np.zeros(num_envs, dtype=np.bool_)
+
+    @property
+    def shared(self) -> SharedBatch | None:
+        """The shared memory, for the workers on this node to map (None if private)."""
+        memory = self._memory
+        return memory if memory is not None and memory.spec is not None else None
+
+    @property
+    def column_specs(self) -> list[dict[str, Any]]:
+        """What a worker needs to map the info columns."""
+        return [block.spec for block in self._blocks]
+
+    def check_ready(self, mask: np.ndarray) -> None:
+        """A `ValueError` unless every env `mask` leaves out was reset once."""
+        never = np.flatnonzero(~self.ready & ~mask)
+        if len(never):
+            first, last = int(never[0]), int(never[-1])
+            which = f"{first}..{last}" if last - first + 1 == len(never) else str(never.tolist())
+            raise ValueError(
+                f"envs {which} were never reset; reset them all first (call `reset()` "
+                "without `reset_mask`)."
+            )
+
+    def collect(
+        self, answered: list[tuple[int, Any, Any]], envs: np.ndarray | None, env_ids: Any
+    ) -> tuple[Batch, list[dict[str, Any]]]:
+        """The batch of a call from its replies, and the specs of any new info columns.
+
+        Args:
+            answered: ``(first env of a worker, its reply, the positions it ran)`` each.
+            envs: The envs that ran, if not all.
+            env_ids: For the rows of some envs only (`recv`): those envs, ascending.
+        """
+        old_api, parts, pieces = False, [], False
+        for start, reply, positions in answered:
+            if reply[0] is not None:  # (not in shared memory)
+                self.put(start, positions, reply)
+            old_api |= reply[5]
+            infos = reply[4]
+            parts.append((start, infos))
+            pieces |= type(infos) is tuple and infos[0] is not None
+        batch = self.batch(parts, old_api, envs, env_ids)
+        return batch, (self.learn(parts) if pieces else [])
+
+    # -- in ---------------------------------------------------------------------------------------
+    def put(self, start: int, positions: Sequence[int] | None, reply: Any) -> None:
+        """Copy a worker's reply rows (its envs from `start`, at `positions`) into the batch."""
+        observations, rewards, terminations, truncations = reply[:4]
+        if observations is None:
+            return  # written in shared memory already (or nothing ran)
+        count = len(rewards)
+        rows: Any = (
+            slice(start, start + count) if positions is None else [start + p for p in positions]
+        )
+        self.rewards[rows], self.terminations[rows], self.truncations[rows] = (
+            rewards,
+            terminations,
+            truncations,
+        )
+        if self._obs_list is None:
+            _copy_rows(self._space, self.observations, rows, observations)
+        else:
+            items = unstack(batch_space(self._space, count), observations)
+            indices = range(start, start + count) if positions is None else rows
+            for env, item in zip(indices, items, strict=True):
+                self._obs_list[env] = item
+
+    # -- out --------------------------------------------------------------------------------------
+    def batch(
+        self,
+        parts: Iterable[tuple[int, Any]],
+        old_api: bool,
+        envs: np.ndarray | None = None,
+        env_ids: np.ndarray | None = None,
+    ) -> Batch:
+        """The batch of a call: of every env (the store's own arrays), or of `env_ids`.
+
+        Args:
+            parts: ``(first env of a worker, its infos)`` for each worker that answered.
+            old_api: Whether an env spoke old gym's API.
+            envs: The envs that ran, if not all (their info rows only count).
+            env_ids: For the rows of some envs only (`recv`): those envs, ascending.
+        """
+        if env_ids is None:
+            size, env_rows = self.num_envs, None
+        else:
+            size, env_rows = len(env_ids), np.full(self.num_envs, -1)
+            env_rows[env_ids] = np.arange(size)
+        infos = self._infos(list(parts), size, envs, env_rows)
+        if env_ids is None:
+            if self._obs_list is None:
+                observations, shared = self.observations, True
+            else:
+                observations, shared = stack(self._space, self._obs_list), False
+            arrays = (self.rewards, self.terminations, self.truncations)
+            return Batch(observations, *arrays, infos, None, old_api, shared)
+        rows = env_ids.tolist()
+        if self._obs_list is None:
+            observations = take(self._space, self.observations, rows)
+        else:
+            observations = stack(self._space, [self._obs_list[i] for i in rows])
+        arrays = (self.rewards[env_ids], self.terminations[env_ids], self.truncations[env_ids])
+        return Batch(observations, *arrays, infos, env_ids, old_api, False)
+
+    def _infos(
+        self,
+        parts: list[tuple[int, Any]],
+        size: int,
+        envs: np.ndarray | None,
+        env_rows: np.ndarray | None,
+    ) -> Any:
+        if not self._batched_infos:
+            out: list[dict[str, Any]] = [{} for _ in range(size)]
+            for start, infos in parts:
+                for position, info in (infos or {}).items():
+                    row = start + position
+                    out[row if env_rows is None else env_rows[row]] = info
+            return out
+        if envs is None and env_rows is not None:
+            envs = np.flatnonzero(env_rows >= 0)
+        return merge_infos(size, parts, self.columns, envs=envs, env_rows=env_rows)
+
+    def learn(self, parts: Iterable[tuple[int, Any]]) -> list[dict[str, Any]]:
+        """Columns for the numeric info keys first seen in `parts`: the specs of new blocks."""
+        if self.shared is None or not self._batched_infos:
+            return []
+        new: list[tuple[Any, ...]] = []
+        for _, (pieces, _) in parts:
+            for piece in pieces or ():
+                spec = learnable(piece)
+                if spec is not None and spec[0] not in self._learned:
+                    self._learned.add(spec[0])
+                    new.append(spec)
+        new = new[: max(0, _MAX_COLUMNS - len(self.columns))]
+        if not new:
+            return []
+        block = ColumnBlock.create(new, self.num_envs)
+        self._blocks.append(block)
+        self.columns += block.columns()
+        return [block.spec]
+
+    def close(self) -> bool:
+        """Release the memory; False while views handed out (``copy=False``) still hold some."""
+        self.columns = []
+        self.observations = self.rewards = self.terminations = self.truncations = None  # type: ignore[assignment]
+        released = True
+        for memory in [self._memory, *self._blocks]:
+            if memory is not None:
+                released = memory.close() and released
+        return released
+
+
+def _copy_rows(space: Any, batch: Any, rows: Any, values: Any) -> None:
+    """Copy a batch of `values` into `rows` of `batch` (both of `space`'s layout)."""
+    if isinstance(batch, dict):
+        for key in batch:
+            _copy_rows(space[key], batch[key], rows, values[key])
+    elif isinstance(batch, tuple):
+        for i, part in enumerate(batch):
+            _copy_rows(space[i], part, rows, values[i])
+    else:
+        batch[rows] = values

@@ -1,0 +1,1 @@
+"""The transports, one module each, behind one interface (`base.Transport`)."""

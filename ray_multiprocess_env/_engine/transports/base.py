@@ -1,0 +1,113 @@
+"""What every transport is: the `Transport` protocol, and the `Ticket` and `Outcome` of a call.
+
+A transport carries one worker's operations (``step``, ``reset``, ``apply``, ...) and their
+replies. Each operation sent is a `Ticket`; its `Outcome` is a value (a result, an env error, or
+the worker's death), never an exception thrown across the engine. The transports, a module each:
+
+* `ray_calls.RayCallTransport`: a Ray actor call per operation (any node);
+  `ray_calls.ActorTransport` the same for a plain env actor of the user's (one env).
+* `pipes.PipeTransport`: same-node named pipes, served on the worker's env thread.
+* `shared_memory.SharedMemoryTransport`: the pipes carry a doorbell, and the batch (actions,
+  observations, rewards, flags, numeric infos) is in memory the driver shares with the worker.
+* `in_process.InProcessTransport`: the worker in the driver's process, on a thread of its own
+  (no Ray), for tests of the engine's logic.
+
+The engine holds every transport as a `Transport` and never asks which one it is; waiting on
+tickets of several transports at once goes through each one's `Waiter` (`waiting.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+
+__all__ = ["Outcome", "Ticket", "Transport", "Waiter", "remaining"]
+
+
+class Outcome(NamedTuple):
+    """What became of one ticket: ``ok`` with `value`, or `error` (`died`: the worker is gone)."""
+
+    ok: bool
+    value: Any = None
+    error: BaseException | None = None
+    died: bool = False
+
+
+class Ticket:
+    """One operation sent to one worker (`worker`, as it was in `generation`).
+
+    `envs` are the global indices of the envs it concerns; `shared_args` says that its first
+    argument (a step's actions) is also in shared memory, for a transport that shares it.
+    """
+
+    __slots__ = (
+        "args",
+        "envs",
+        "generation",
+        "handle",
+        "op",
+        "outcome",
+        "shared_args",
+        "transport",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        worker: int,
+        generation: int,
+        op: str,
+        args: tuple[Any, ...],
+        envs: tuple[int, ...],
+        shared_args: bool = False,
+    ) -> None:
+        self.worker, self.generation, self.op, self.args = worker, generation, op, args
+        self.envs, self.shared_args = envs, shared_args
+        self.transport: Transport | None = None  # set by `Transport.submit`
+        self.handle: Any = None  # the transport's own: a Ray object ref, a sequence number
+        self.outcome: Outcome | None = None
+
+
+class Waiter(Protocol):
+    """Waits on the tickets of one kind of transport."""
+
+    def wait(self, tickets: Sequence[Ticket], deadline: float | None, min_count: int) -> None:
+        """Settle tickets until `min_count` of them have an outcome, or until `deadline`."""
+
+
+class Transport(Protocol):
+    """One worker's connection: sends operations, settles their tickets (module docstring)."""
+
+    @property
+    def kind(self) -> str:
+        """``"ray"``, ``"pipe"``, ``"shared_memory"`` or ``"in_process"`` (messages, tests)."""
+
+    @property
+    def waiter(self) -> Waiter:
+        """Settles this transport's tickets; one object for every transport of a kind."""
+
+    def encode(self, ticket: Ticket) -> Any:
+        """`ticket`'s operation ready to send; serialization errors are raised here, first."""
+
+    def submit(self, ticket: Ticket, data: Any = None) -> None:
+        """Send `ticket` (`data` from `encode`, else encoded now); its outcome comes later."""
+
+    def forget(self, ticket: Ticket) -> None:
+        """Drop interest in `ticket`: its reply, when it comes, is ignored."""
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Have the worker write its numeric infos into these shared columns, if it can."""
+
+    def close(self) -> None:
+        """Release the connection; tickets still waiting settle as lost with the worker."""
+
+
+def remaining(deadline: float | None) -> float | None:
+    """Seconds left until `deadline` (never negative), or None for no deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def deadline_in(seconds: float | None) -> float | None:
+    """The monotonic time `seconds` from now, or None for no deadline."""
+    return None if seconds is None else time.monotonic() + seconds

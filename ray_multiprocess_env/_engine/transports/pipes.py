@@ -1,0 +1,293 @@
+"""The same-node transport: each worker's operations over two named pipes.
+
+A Ray actor call costs the driver about 0.4 ms and the worker about 0.6 ms of CPU (see
+docs/performance.md), more than 64 CartPole steps. For a worker on the driver's node the driver
+writes each operation to the worker's "go" pipe; the worker's `EnvWorker.serve`, which holds the
+actor's main thread (the env thread), runs it and writes the reply to the "done" pipe (both ends
+of that protocol are in `_protocol/pipes.py`). Both sides block in the kernel (``poll``, no
+spinning), so a slow env leaves the cores to the others. Replies to tickets given up on (an
+interrupted or timed-out call) are dropped by sequence number.
+
+The pipes are made in a private directory (mode 0700, in ``/dev/shm`` where it exists) and
+unlinked as soon as both ends are open; the directory's name carries the driver's pid, so one
+left behind by a driver killed in that moment is removed by the next driver on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import ray
+from ray.exceptions import RayError
+
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
+from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
+from ray_multiprocess_env.errors import RemoteFailure
+
+__all__ = ["PipeTransport", "decode_reply", "pipes_supported"]
+
+_PREFIX = "ray-multiprocess-env-"
+_F_SETPIPE_SZ = 1031
+
+
+def pipes_supported() -> bool:
+    """Whether this platform has named pipes and ``poll`` (POSIX)."""
+    return hasattr(os, "mkfifo") and hasattr(select, "poll")
+
+
+class _PipeWaiter:
+    """Polls the "done" pipes of the tickets' transports (``poll``, so any descriptor number)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[PipeTransport, ...], Any, dict[int, PipeTransport]] | None = None
+
+    def wait(self, tickets: Sequence[Ticket], deadline: float | None, min_count: int) -> None:
+        pipes = tuple({id(t.transport): cast(PipeTransport, t.transport) for t in tickets}.values())
+        while True:
+            settled = sum(t.outcome is not None for t in tickets)
+            if settled >= min_count or settled == len(tickets):
+                return
+            poller, readers, writers = self._poller(pipes)
+            left = remaining(deadline)
+            ready = poller.poll(None if left is None else int(left * 1000) + 1)
+            for fd, _ in ready:
+                if fd in readers:
+                    readers[fd].pump()
+                else:
+                    writers[fd].flush()
+            if not ready and left is not None and left <= 0:
+                return
+
+    def _poller(
+        self, pipes: tuple[PipeTransport, ...]
+    ) -> tuple[Any, dict[int, PipeTransport], dict[int, PipeTransport]]:
+        """A ``poll`` object for `pipes` (the last one again when only the same pipes read)."""
+        writers = {pipe.write_fileno(): pipe for pipe in pipes if pipe.wants_write}
+        if not writers and self._last is not None and self._last[0] == pipes:
+            return self._last[1], self._last[2], writers
+        poller, readers = select.poll(), {}
+        for pipe in pipes:
+            readers[pipe.fileno()] = pipe
+            poller.register(pipe.fileno(), select.POLLIN)
+        for fd in writers:  # a message still half in its out-buffer
+            poller.register(fd, select.POLLOUT)
+        self._last = None if writers else (pipes, poller, readers)
+        return poller, readers, writers
+
+
+_WAITER = _PipeWaiter()
+
+
+class PipeTransport:
+    """The driver's end of one worker's pipes.
+
+    Creating it starts `EnvWorker.serve` on the worker (a Ray call that lasts as long as the
+    pipes), so every later operation of that worker must come through this transport.
+
+    Raises:
+        TimeoutError: If the worker does not open its end before `deadline`.
+    """
+
+    kind = "pipe"
+    waiter = _WAITER
+
+    def __init__(self, actor: Any, deadline: float | None, grace: float) -> None:
+        _remove_orphans()
+        directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_pipe_dir())
+        go, done = os.path.join(directory, "go"), os.path.join(directory, "done")
+        try:
+            os.mkfifo(go, 0o600)
+            os.mkfifo(done, 0o600)
+            self._done = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                self.serve_ref = actor.serve.remote(go, done)
+                self._go = self._open_writer(go, deadline)
+            except BaseException:
+                _release(go)  # a `serve` waiting to open `go` returns, so Ray calls work again
+                os.close(self._done)
+                raise
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)  # open pipes outlive their names
+        for fd in (self._go, self._done):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        self._grace = grace
+        self._seq = 0
+        self._answered = 0  # the sequence number of the last reply read
+        self._waiting: dict[int, Ticket] = {}
+        self._outbox = Outbox(deferred_interrupts)
+        self._inbox = Inbox(deferred_interrupts)
+        self.broken = False  # the pipe closed: the worker died, or serving ended
+
+    @property
+    def idle(self) -> bool:
+        """Whether the worker has answered every message sent to it."""
+        return self._answered == self._seq
+
+    def _open_writer(self, path: str, deadline: float | None) -> int:
+        """Open `path` for writing once the worker's `serve` has opened it for reading."""
+        while True:
+            try:
+                return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as err:
+                if err.errno != errno.ENXIO:
+                    raise
+                ready, _ = ray.wait([self.serve_ref], timeout=0)
+                if ready:  # `serve` ended before opening: the worker failed
+                    ray.get(self.serve_ref)
+                    raise RuntimeError("the worker stopped serving its pipe") from err
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError("the worker did not open its end of the pipe") from err
+                time.sleep(0.001)
+
+    def fileno(self) -> int:
+        """The descriptor replies arrive on."""
+        return self._done
+
+    def write_fileno(self) -> int:
+        """The descriptor messages are written to."""
+        return self._go
+
+    @property
+    def wants_write(self) -> bool:
+        """Whether part of a message still waits to be written."""
+        return bool(self._outbox)
+
+    def encode(self, ticket: Ticket) -> bytes:
+        """`ticket`'s operation as bytes (done before anything is sent, so errors come first)."""
+        return dumps((ticket.op, ticket.args))
+
+    def submit(self, ticket: Ticket, data: Any = None) -> None:
+        """Queue `ticket`'s operation and write as much of it as the pipe takes now."""
+        ticket.transport = self
+        if self.broken:
+            ticket.outcome = self._death()
+            return
+        data = self.encode(ticket) if data is None else data
+        with deferred_interrupts():
+            self._seq += 1
+            ticket.handle = self._seq
+            self._waiting[self._seq] = ticket
+            sent = self._outbox.send(self._go, self._seq, data)
+        if not sent:
+            self._break()  # the worker closed its end: it is gone
+
+    def flush(self) -> None:
+        """Write what the pipe takes now of the queued messages, without blocking."""
+        if not self.broken and not self._outbox.flush(self._go):
+            self._break()  # the worker closed its end: it is gone
+
+    def pump(self) -> None:
+        """Read what has arrived and settle the tickets whose whole reply is in."""
+        with deferred_interrupts():  # from the kernel's buffer to the outcomes in one go
+            messages, ended = self._inbox.pump(self._done)
+            for seq, payload in messages:
+                self._answered = seq
+                self._received(seq, payload)
+        if ended:
+            self._break()  # outside the deferral: asking Ray why may take a moment
+
+    def _received(self, seq: int, payload: bytes) -> None:
+        ticket = self._waiting.pop(seq, None)
+        if ticket is not None:  # else a reply to a ticket given up on
+            ticket.outcome = decode_reply(payload)
+
+    def forget(self, ticket: Ticket) -> None:
+        """Drop interest in `ticket`; its reply is skipped when it comes."""
+        self._waiting.pop(ticket.handle, None)
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Nothing: infos travel in the replies."""
+
+    def _break(self) -> None:
+        self.broken = True
+        self._settle_waiting(self._death())
+        self._outbox.clear()
+
+    def _settle_waiting(self, outcome: Outcome) -> None:
+        """Give every ticket still waiting on this transport `outcome` (the worker is lost)."""
+        for ticket in self._waiting.values():
+            ticket.outcome = outcome
+        self._waiting.clear()
+
+    def _death(self) -> Outcome:
+        """Ray's word on why the pipe closed (the worker died, in every case seen)."""
+        try:
+            ray.get(self.serve_ref, timeout=self._grace)
+        except RayError as err:
+            return Outcome(False, error=err, died=True)
+        cause = RuntimeError("the worker stopped serving its pipe but is alive")
+        return Outcome(False, error=cause, died=True)
+
+    def close(self) -> None:
+        """Close both pipes; the worker's `serve` sees the end and returns.
+
+        Tickets still waiting are settled as lost with the worker (a restart sends them to
+        the new one), so none waits on a closed (and maybe reused) descriptor.
+        """
+        self._settle_waiting(
+            Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
+        )
+        if self._go >= 0:
+            for fd in (self._go, self._done):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._go = self._done = -1
+        self.broken = True
+
+
+def decode_reply(payload: bytes) -> Outcome:
+    """The outcome a reply's bytes stand for."""
+    try:
+        ok, value = loads(payload)
+    except Exception as err:  # e.g. a class the driver cannot import
+        cause = RemoteFailure(err, f"the reply could not be deserialized on the driver: {err!r}")
+        return Outcome(False, error=cause)
+    if ok:
+        return Outcome(True, value)
+    error, text = value
+    return Outcome(False, error=RemoteFailure(error, text))
+
+
+def _release(path: str) -> None:
+    """Let a reader blocked opening the pipe `path` through, and give it end of file."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+
+
+def _pipe_dir() -> str | None:
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def _remove_orphans() -> None:
+    """Remove pipe directories left by drivers of this user that no longer run."""
+    base = _pipe_dir() or tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.startswith(_PREFIX):
+                continue
+            pid = name[len(_PREFIX) :].split("-", 1)[0]
+            path = os.path.join(base, name)
+            if pid.isdigit() and not _alive(int(pid)) and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

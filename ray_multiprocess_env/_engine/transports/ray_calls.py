@@ -1,0 +1,128 @@
+"""The Ray-call transport: each operation is a Ray actor call (workers on any node).
+
+`RayCallTransport` calls an `EnvWorker`'s ``handle(op, args)``. `ActorTransport` calls a plain
+env actor of the user's (one env each, e.g. made by `make_remote_class`) by method name: an
+``apply`` becomes a call of the env's method (or of the actor's ``call`` method for names it
+lacks), and its single result is wrapped in a list so every worker answers ``apply`` with one
+result per env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
+
+__all__ = ["ActorTransport", "RayCallTransport"]
+
+
+class _RayWaiter:
+    """Settles tickets whose object refs are ready (`ray.wait`)."""
+
+    def wait(self, tickets: Sequence[Ticket], deadline: float | None, min_count: int) -> None:
+        by_ref = {t.handle: t for t in tickets}
+        refs = list(by_ref)
+        if not refs:
+            return
+        wanted = max(1, min(min_count, len(refs)))
+        ready, _ = ray.wait(refs, num_returns=wanted, timeout=remaining(deadline))
+        if ready:
+            more, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            ready = list({*ready, *more})
+        for ref in ready:
+            _settle(by_ref[ref])
+
+
+_WAITER = _RayWaiter()
+
+
+def _settle(ticket: Ticket) -> None:
+    """Set the outcome of `ticket`, whose object ref is ready."""
+    try:
+        value = ray.get(ticket.handle, timeout=0)
+    except RayTaskError as err:  # the env (or the actor's method) raised
+        ticket.outcome = Outcome(False, error=err)
+    except RayError as err:  # the actor died, or its result was lost with it
+        ticket.outcome = Outcome(False, error=err, died=True)
+    else:
+        transport = cast(RayCallTransport, ticket.transport)
+        wrap = ticket.op == "apply" and transport.one_env
+        ticket.outcome = Outcome(True, [value] if wrap else value)
+
+
+class RayCallTransport:
+    """Operations as Ray calls of an `EnvWorker` actor's ``handle``."""
+
+    kind = "ray"
+    waiter = _WAITER
+    one_env = False  # a plain env actor answers `apply` with one result, not a list
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def encode(self, ticket: Ticket) -> None:
+        """Nothing: Ray serializes the arguments when it sends them."""
+
+    def submit(self, ticket: Ticket, data: Any = None) -> None:
+        """Send `ticket`'s operation."""
+        ticket.transport = self
+        ticket.handle = self.actor.handle.remote(ticket.op, ticket.args)
+
+    def forget(self, ticket: Ticket) -> None:
+        """Nothing to do: an unread result is dropped by Ray."""
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Nothing: infos travel in the replies."""
+
+    def close(self) -> None:
+        """Nothing to release: Ray owns the connection."""
+
+
+class ActorTransport(RayCallTransport):
+    """Operations as Ray calls of a plain env actor's own methods (see the module docstring)."""
+
+    one_env = True
+
+    def submit(self, ticket: Ticket, data: Any = None) -> None:
+        """Send `ticket`'s operation; answers the actor can give without a call settle at once."""
+        ticket.transport = self
+        op, args = ticket.op, ticket.args
+        if op == "has_method":
+            ticket.outcome = Outcome(True, [hasattr(self.actor, args[0])])
+        elif op == "close" and not hasattr(self.actor, "close"):
+            ticket.outcome = Outcome(True, None)
+        elif op == "apply":
+            method, (env_args,), (env_kwargs,) = args
+            ticket.handle = self._call(ticket.envs[0], method, env_args, env_kwargs)
+        else:
+            ticket.handle = self._call(ticket.envs[0], op, (), {})
+
+    def _call(self, env: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method == "call" and args and hasattr(self.actor, args[0]):
+            method, args = args[0], args[1:]  # the actor's own method of that name
+        if not hasattr(self.actor, method):
+            builtin = method in ("call", "get_attr", "set_attr", "node_id", "is_wrapped")
+            if builtin or not hasattr(self.actor, "call"):
+                also = "" if builtin else " (nor a `call` method to reach it)"
+                raise ValueError(
+                    f"env {env}'s actor has no `{method}`{also}; build the actors with "
+                    "`make_remote_class` (which adds `call`, `get_attr`, `set_attr` and "
+                    "`node_id`) or define it on the actor class."
+                )
+            method, args = "call", (method, *args)
+        try:
+            return getattr(self.actor, method).remote(*args, **kwargs)
+        except TypeError as err:  # Ray checks the arguments against the method's signature
+            hint = (
+                " Its actor has no `seed` method and its `reset` takes no `seed`: add a "
+                "`seed(seed)` method or a `reset(seed=None)` to the actor class, or do not seed."
+                if method == "reset" and "seed" in kwargs
+                else ""
+            )
+            raise TypeError(
+                f"env {env}: `{method}` does not accept these arguments ({err}).{hint}"
+            ) from err

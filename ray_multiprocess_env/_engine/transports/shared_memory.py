@@ -1,0 +1,109 @@
+"""The shared-memory transport: the batch in memory shared with a same-node worker.
+
+The driver's batch (`SharedBatch`: actions, observations, rewards, terminations, truncations)
+and its numeric info columns (`ColumnBlock`) are in anonymous memory files that the worker maps
+too (see `_protocol/shared_layout.py`). A full or first-ready step then writes the actions into
+that memory and sends a message of a few bytes on the worker's pipe (a doorbell); the worker
+reads its actions there, writes its rows of the results there, and its reply carries only the
+infos that have no column. Everything else travels on the pipe as with `PipeTransport`.
+
+An operation given up on (an interrupted step) may still wait in the pipe when the next one is
+sent; its actions must not be overwritten, so actions go through the memory only while the
+worker has answered everything sent to it (otherwise they travel in the message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env._engine.transports.pipes import PipeTransport, decode_reply
+from ray_multiprocess_env._protocol.pipes import dumps
+from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
+
+__all__ = ["SharedMemoryTransport"]
+
+#: A full step whose actions are in shared memory.
+_DOORBELL = dumps(("step", (None, None)))
+
+
+class SharedMemoryTransport(PipeTransport):
+    """Pipes to a same-node worker that uses rows ``start..stop-1`` of `batch`.
+
+    Raises:
+        TimeoutError: If the worker does not open its pipes, or map the memory, by `deadline`.
+        RemoteFailure: If it cannot map the memory (it goes on without: the replies carry
+            its rows, as over `PipeTransport`).
+    """
+
+    kind = "shared_memory"
+
+    def __init__(
+        self,
+        actor: Any,
+        deadline: float | None,
+        grace: float,
+        batch: SharedBatch,
+        span: tuple[int, int],
+        columns: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        super().__init__(actor, deadline, grace)
+        self._views = batch.views(*span)
+        self._action_space: Any = batch.spec["action_space"] if batch.spec else None
+        leaves = self._views.action_leaves
+        self._leaf = leaves[0] if len(leaves) == 1 else None  # (the common case, fast)
+        self._actions_shared = False  # the worker maps the memory: actions may go through it
+        self._share_seq = -1
+        share = Ticket(-1, -1, "share", (batch.spec, *span), tuple(range(*span)))
+        self.submit(share)
+        self._share_seq = share.handle  # its reply says whether the worker maps the memory
+        self.waiter.wait([share], deadline, 1)
+        if share.outcome is None:
+            self.forget(share)
+            raise TimeoutError("the worker did not map the shared memory in time")
+        if not share.outcome.ok:
+            raise share.outcome.error or RuntimeError("the worker could not map the memory")
+        if columns:
+            self.share_infos(columns)
+
+    def encode(self, ticket: Ticket) -> bytes:
+        """The operation; a step's actions go into shared memory when they fit (a doorbell)."""
+        if ticket.shared_args and self._actions_shared and self.idle:
+            actions, positions = ticket.args
+            leaf = self._leaf
+            if (
+                positions is None
+                and leaf is not None
+                and type(actions) is np.ndarray
+                and actions.dtype == leaf.dtype
+                and actions.shape == leaf.shape
+            ):
+                leaf[...] = actions
+                return _DOORBELL
+            if write_actions(self._views, self._action_space, actions, positions):
+                return dumps((ticket.op, (None, positions)))
+        return dumps((ticket.op, ticket.args))
+
+    def _received(self, seq: int, payload: bytes) -> None:
+        if seq != self._share_seq:
+            super()._received(seq, payload)
+            return
+        outcome = decode_reply(payload)  # (also when the `share` request was given up on)
+        self._actions_shared = outcome.ok
+        ticket = self._waiting.pop(seq, None)
+        if ticket is not None:
+            ticket.outcome = outcome
+
+    def close(self) -> None:
+        """Close the pipes and let go of the shared memory."""
+        super().close()
+        self._views = self._leaf = None  # type: ignore[assignment]
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Have the worker write numeric infos into these columns; nothing waits for it."""
+        ticket = Ticket(-1, -1, "share_infos", (list(specs),), ())
+        self.submit(ticket)
+        self.forget(ticket)

@@ -1,0 +1,283 @@
+"""The same-node pipe protocol, both ends: framing, the worker's loop, the driver's buffers.
+
+A message is a header (sequence number, payload length) and a payload serialized with
+cloudpickle, the serializer Ray itself uses, so whatever a Ray call can carry (classes defined
+in ``__main__`` or a notebook cell, lambdas) a pipe carries too. The driver writes
+``(op, args)`` to a worker's "go" pipe; the worker (`serve`, on the thread that built its envs)
+runs it and writes ``(True, result)`` or ``(False, (exception, traceback text))`` to its "done"
+pipe under the same sequence number. A result that cannot be serialized becomes an exception
+that names the env and the cause, so the stream never loses its framing.
+
+The driver never blocks on a pipe: it keeps what it could not write yet in an `Outbox` and what
+it has read in an `Inbox`, and takes out whole messages only; the statements that move bytes
+between the kernel and those buffers run under a guard that holds interrupts back (the driver's
+``deferred_interrupts``), so a ``KeyboardInterrupt`` never leaves half a message behind.
+
+This module imports nothing of the driver side.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import traceback
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import numpy as np
+from ray import cloudpickle
+
+from ray_multiprocess_env._protocol.infos import Piece
+from ray_multiprocess_env.errors import _EnvFailures, _WorkerError
+
+__all__ = ["HEADER", "Inbox", "Outbox", "answer", "dumps", "error_value", "loads", "serve"]
+
+#: Sequence number and payload length of one message.
+HEADER = struct.Struct("<qq")
+
+
+def dumps(value: Any) -> bytes:
+    """Serialize `value` as Ray would: cloudpickle, or stdlib pickle for plain data.
+
+    Plain data (numbers, strings, numpy arrays of numbers, and tuples, lists and dicts of them)
+    pickles the same either way, and stdlib pickle is several times faster for it; anything
+    else (classes from ``__main__`` or a notebook cell, lambdas, ...) goes through cloudpickle.
+    """
+    if _plain(value, 0):
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # type: ignore[no-untyped-call]
+
+
+_PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
+
+
+def _plain(value: Any, depth: int) -> bool:
+    """Whether `value` is plain data (see `dumps`), looking at most a few containers deep.
+
+    Exact types only: a subclass (an `IntEnum` from a notebook cell, say) needs cloudpickle.
+    """
+    kind = type(value)
+    if kind in _PLAIN_TYPES or (isinstance(value, np.generic) and kind.__module__ == "numpy"):
+        return True
+    if kind is type:  # the Python type of a batched info key: a builtin or numpy type
+        return value.__module__ in ("builtins", "numpy")
+    if kind is np.ndarray:
+        return bool(value.dtype != object)
+    if depth > 4:
+        return False
+    if kind in (tuple, list, Piece):
+        return all(_plain(item, depth + 1) for item in value)
+    if type(value) is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def loads(data: bytes) -> Any:
+    """Deserialize what `dumps` wrote."""
+    return pickle.loads(data)
+
+
+def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
+    """One framed reply; a value that cannot be serialized is replaced by an error naming why."""
+    try:
+        data = dumps((ok, value))
+    except Exception as err:
+        culprits = _unserializable_envs(value, env_indices)
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        message = f"the result of `{op}` cannot be serialized: {type(err).__name__}: {err}"
+        failures = [(i, type(err).__name__, message, text) for i in culprits]
+        error = _EnvFailures(op, failures)
+        data = dumps((False, (error, str(error))))
+    return HEADER.pack(seq, len(data)) + data
+
+
+def error_value(err: BaseException) -> BaseException:
+    """`err` if it pickles, else a stand-in that keeps its type name, message and traceback."""
+    try:
+        dumps(err)
+        return err
+    except Exception:
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        return _WorkerError(type(err).__name__, str(err), text)
+
+
+def _unserializable_envs(value: Any, env_indices: list[int]) -> list[int]:
+    """The envs whose part of a worker's reply cannot be serialized (all if none stands out).
+
+    A reply is per-env results (a list), or a batch whose fifth item holds the infos: per-env
+    dicts by position, or batched `Piece` s whose rows are positions.
+    """
+    parts: list[tuple[int, Any]] = []
+    if isinstance(value, list) and len(value) == len(env_indices):  # per-env results
+        parts = list(zip(env_indices, value, strict=True))
+    elif isinstance(value, tuple) and len(value) > 4:
+        infos = value[4]
+        if isinstance(infos, tuple):  # batched: (pieces, the columns written)
+            infos = infos[0] or []
+        if isinstance(infos, dict):
+            parts = [(env_indices[k], info) for k, info in infos.items()]
+        elif isinstance(infos, list):
+            for piece in infos:
+                if piece.kind == "object":
+                    positions = piece.positions.tolist()
+                    parts += [
+                        (env_indices[p], v) for p, v in zip(positions, piece.values, strict=True)
+                    ]
+        parts.append((-1, value[0]))  # the stacked observations
+    bad = []
+    for index, part in parts:
+        try:
+            dumps(part)
+        except Exception:
+            bad.append(index)
+    named = [i for i in bad if i >= 0]
+    return named or list(env_indices)
+
+
+# -- the worker's end ----------------------------------------------------------------------------
+def serve(
+    handle: Callable[[str, tuple[Any, ...]], Any], env_indices: list[int], go: str, done: str
+) -> None:
+    """Run the operations read from the named pipe `go` with `handle`, replies to `done`.
+
+    Returns when the driver closes its end (or dies). Call it on the thread that built the
+    envs: it holds that thread for as long as the pipes are open.
+    """
+    done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
+    go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
+    try:
+        while True:
+            header = _read_exact(go_fd, HEADER.size)
+            payload = None if header is None else _read_exact(go_fd, HEADER.unpack(header)[1])
+            if header is None or payload is None:
+                return  # the driver closed the pipe (or died)
+            _write_all(done_fd, answer(handle, env_indices, HEADER.unpack(header)[0], payload))
+    except OSError:
+        return  # the driver went away mid-message
+    finally:
+        os.close(go_fd)
+        os.close(done_fd)
+
+
+def answer(
+    handle: Callable[[str, tuple[Any, ...]], Any], env_indices: list[int], seq: int, payload: bytes
+) -> bytes:
+    """Run the operation in `payload` with `handle`: the framed reply (errors included)."""
+    op = "?"
+    try:
+        op, args = loads(payload)
+        ok, value = True, handle(op, args)
+    except Exception as err:
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        ok, value = False, (error_value(err), text)
+    return encode_reply(seq, ok, value, env_indices, op)
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    """Read exactly `size` bytes from a blocking `fd`, or None at end of file."""
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to a blocking `fd`."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# -- the driver's end ----------------------------------------------------------------------------
+Guard = Callable[[], AbstractContextManager[Any]]
+#: How much the driver reads at once (it asks the kernel for pipes of this size).
+PIPE_SIZE = 1 << 20
+
+
+class Outbox:
+    """Messages waiting to be written to a pipe that does not block (see the module docstring)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._data = bytearray()
+        self._guard = guard
+
+    def __bool__(self) -> bool:
+        return bool(self._data)
+
+    def send(self, fd: int, seq: int, data: bytes) -> bool:
+        """Write the message `data` (`seq`), queueing what the pipe does not take now.
+
+        Call it with interrupts held back. False if the reader is gone.
+        """
+        message = HEADER.pack(seq, len(data)) + data
+        if self._data:  # behind what waits already
+            self._data += message
+            return self.flush(fd)
+        try:
+            written = os.write(fd, message)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            return False
+        if written < len(message):
+            self._data += message[written:]
+        return True
+
+    def flush(self, fd: int) -> bool:
+        """Write what the pipe takes now; False if the reader is gone (nothing more is written)."""
+        while self._data:
+            with self._guard():
+                try:
+                    del self._data[: os.write(fd, self._data)]
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    self._data.clear()
+                    return False
+        return True
+
+    def clear(self) -> None:
+        """Drop what is queued."""
+        self._data.clear()
+
+
+class Inbox:
+    """Bytes read from a pipe that does not block, taken out as whole messages."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._data = bytearray()
+        self._guard = guard
+
+    def pump(self, fd: int) -> tuple[list[tuple[int, bytes]], bool]:
+        """Read what has arrived: the whole messages ``(seq, payload)``, and whether it ended."""
+        ended = False
+        with self._guard():
+            while not ended:
+                try:
+                    chunk = os.read(fd, PIPE_SIZE)
+                except BlockingIOError:
+                    break
+                ended = not chunk
+                self._data += chunk
+                if len(chunk) < PIPE_SIZE // 2:
+                    break  # all there was, most likely: `poll` tells when more comes
+            return self._take(), ended
+
+    def _take(self) -> list[tuple[int, bytes]]:
+        messages = []
+        view, start = memoryview(self._data), 0
+        while len(view) - start >= HEADER.size:
+            seq, size = HEADER.unpack_from(view, start)
+            if len(view) - start - HEADER.size < size:
+                break
+            messages.append((seq, bytes(view[start + HEADER.size : start + HEADER.size + size])))
+            start += HEADER.size + size
+        view.release()
+        del self._data[:start]
+        return messages

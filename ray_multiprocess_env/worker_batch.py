@@ -1,0 +1,195 @@
+"""`WorkerBatch`: a worker's batched ``reset`` and ``step`` of its envs, into its rows.
+
+It steps the worker's envs one after the other with gymnasium's autoreset semantics (or none,
+for pfrl), writes each env's observation, reward and flags into the worker's rows
+(`WorkerRows`) and hands its infos to the worker's `InfoBatcher` (gymnasium's layout) or keeps
+them per env. An env that raises keeps its state and the others go on; the failures are
+raised together afterwards with the reply of the others. A worker that replaced a lost one
+reports each lost episode at that env's next step.
+
+A plain class, not the actor: Ray wraps every method of an actor class for tracing, which
+would cost a little on each env of each step. This module imports nothing of the driver side.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from ray_multiprocess_env._protocol.infos import InfoBatcher
+from ray_multiprocess_env.batch import unstack
+from ray_multiprocess_env.compat import reset_env, step_env
+from ray_multiprocess_env.errors import _EnvFailures
+from ray_multiprocess_env.worker_rows import WorkerRows
+
+__all__ = ["Reply", "WorkerBatch"]
+
+#: A reply to ``reset`` and ``step``: observations, rewards, terminations and truncations of
+#: the envs called (None where they are in shared memory); their infos, as ``(pieces, the
+#: columns written)`` (`InfoBatcher.finish`) or as info dicts by position; and whether an env
+#: spoke old gym's API.
+Reply = tuple[Any, Any, Any, Any, Any, bool]
+
+
+class WorkerBatch:
+    """Resets and steps `envs` (global indices `env_indices`) into `rows` (module docstring)."""
+
+    def __init__(
+        self,
+        envs: list[Any],
+        env_indices: list[int],
+        rows: WorkerRows,
+        autoreset_mode: AutoresetMode,
+        batched_infos: bool,
+    ) -> None:
+        self.envs, self.env_indices, self.rows = envs, env_indices, rows
+        self._next_step = autoreset_mode == AutoresetMode.NEXT_STEP
+        self._same_step = autoreset_mode == AutoresetMode.SAME_STEP
+        self._batched_infos = batched_infos
+        self.batcher = InfoBatcher()
+        self._env_infos: dict[int, dict[str, Any]] = {}
+        self._autoreset = [False] * len(envs)
+        self.lost: list[Any] = [None] * len(envs)  # (obs, info, old_api) of a lost episode
+        self._action_space: Any = getattr(envs[0], "action_space", None)
+        self._action_batches: dict[int, Any] = {}
+
+    def restarted(self, seeds: Sequence[int | None]) -> None:
+        """These envs replace envs whose worker was lost: reset them now with `seeds`."""
+        for k, env in enumerate(self.envs):
+            obs, info, old_api = reset_env(env, seeds[k])
+            self.lost[k] = (obs, info, old_api)
+            self.rows.write_obs(k, obs)
+
+    def reset(
+        self,
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None,
+        mask: Sequence[bool] | None,
+    ) -> Reply:
+        """Reset the envs (those with a True `mask` entry only), as gymnasium does.
+
+        `options` is one dict for every env, or one (dict or None) per env. An env reset has
+        reward 0 and is not done.
+        """
+        positions = None if mask is None else [k for k, m in enumerate(mask) if m]
+        self._start(positions)
+        failures, old_api, rows = [], False, self.rows
+        for k in range(len(self.envs)) if positions is None else positions:
+            rows.terminations[k] = rows.truncations[k] = self._autoreset[k] = False
+            rows.rewards[k], self.lost[k] = 0.0, None
+            env_options = options if options is None or isinstance(options, dict) else options[k]
+            try:
+                obs, info, old = reset_env(self.envs[k], seeds[k], env_options)
+            except Exception as err:
+                failures.append(self.failure(k, err))
+                continue
+            old_api |= old
+            rows.write_obs(k, obs)
+            self._add_info(k, info)
+        return self._reply("reset", positions, old_api, failures)
+
+    def step(self, actions: Any, positions: Sequence[int] | None) -> Reply:
+        """Step the envs (those at `positions` only) with gymnasium's autoreset.
+
+        `actions` holds a batch for those envs, or is None: they are in shared memory.
+        """
+        count = len(self.envs) if positions is None else len(positions)
+        rows = self.rows
+        if actions is None:
+            actions = rows.actions(positions)
+        self._start(positions)
+        failures, old_api = [], False
+        ks = range(count) if positions is None else positions
+        for k, action in zip(ks, unstack(self._action_batch(count), actions), strict=True):
+            try:
+                old_api |= self._step_one(k, action)
+            except Exception as err:
+                failures.append(self.failure(k, err))
+                rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
+        return self._reply("step", positions, old_api, failures)
+
+    def _step_one(self, k: int, action: Any) -> bool:
+        """Step env `k` (the hot path); whether it spoke old gym's API."""
+        if self.lost[k] is not None:
+            return self._report_lost(k)
+        env, rows = self.envs[k], self.rows
+        if self._next_step and self._autoreset[k]:
+            obs, info, old_api = reset_env(env)
+            rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
+            self._autoreset[k] = False
+        else:
+            obs, reward, terminated, truncated, info, old_api = step_env(env, action)
+            rows.rewards[k], rows.terminations[k], rows.truncations[k] = (
+                reward,
+                terminated,
+                truncated,
+            )
+            self._autoreset[k] = bool(terminated or truncated)
+            if self._same_step and self._autoreset[k]:
+                self._add_info(k, {"final_obs": obs, "final_info": info})
+                obs, info, _ = reset_env(env)
+        rows.write_obs(k, obs)
+        self._add_info(k, info)
+        return old_api
+
+    def _report_lost(self, k: int) -> bool:
+        """Report env `k`'s episode, lost with the worker it ran in, as truncated (reward 0).
+
+        Old gym (pfrl): not done, with ``info["needs_reset"]``.
+        """
+        obs, reset_info, old_api = self.lost[k]
+        self.lost[k], rows = None, self.rows
+        rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, True
+        self._autoreset[k] = self._next_step
+        if self._same_step:
+            self._add_info(k, {"final_obs": obs, "final_info": {"env_crashed": True}})
+        if old_api:
+            self._add_info(k, {"needs_reset": True, "env_crashed": True})
+        else:
+            self._add_info(k, {**reset_info, "env_crashed": True})
+        return bool(old_api)
+
+    def _action_batch(self, count: int) -> Any:
+        batched = self._action_batches.get(count)
+        if batched is None:
+            batched = self._action_batches[count] = batch_space(self._action_space, count)
+        return batched
+
+    def _start(self, positions: Sequence[int] | None) -> None:
+        """Begin a call of the envs at `positions` (all if None): no infos yet."""
+        if self._batched_infos:
+            self.batcher.start(slice(None) if positions is None else positions)
+        else:
+            self._env_infos = {}
+
+    def _add_info(self, k: int, info: dict[str, Any]) -> None:
+        if not info:
+            return
+        if self._batched_infos:
+            self.batcher.add(k, info)
+        elif k in self._env_infos:
+            self._env_infos[k] = {**self._env_infos[k], **info}
+        else:
+            self._env_infos[k] = info
+
+    def _reply(
+        self,
+        op: str,
+        positions: Sequence[int] | None,
+        old_api: bool,
+        failures: list[tuple[int, str, str, str]],
+    ) -> Reply:
+        infos = self.batcher.finish() if self._batched_infos else self._env_infos
+        reply = self.rows.reply(positions, infos, old_api)
+        if failures:
+            raise _EnvFailures(op, failures, partial=reply)
+        return reply
+
+    def failure(self, k: int, err: Exception) -> tuple[int, str, str, str]:
+        """How env `k`'s exception `err` is reported: its index, type, message, traceback."""
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        return (self.env_indices[k], type(err).__name__, str(err), text)

@@ -1,0 +1,153 @@
+"""`WorkerRows`: a worker's rows of the vector env's batch, in shared memory or its own.
+
+A worker writes each env's observation, reward and flags into its rows as the env answers. The
+rows live in the driver's shared memory once the driver has shared it (`share`, same node only:
+then a reply carries none of them), else in memory of the worker's own with the same layout,
+sent in each reply. Spaces with no fixed layout (Text, Graph, ...) keep a list of observations
+that is stacked for each reply. This module imports nothing of the driver side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from ray_multiprocess_env._protocol.infos import InfoColumn
+from ray_multiprocess_env._protocol.shared_layout import (
+    BatchViews,
+    ColumnBlock,
+    SharedBatch,
+    covered,
+    read_actions,
+)
+from ray_multiprocess_env.batch import stack, take, write_row
+
+__all__ = ["WorkerRows"]
+
+
+class WorkerRows:
+    """The rows of `count` envs with these spaces (`uniform`: every env has them).
+
+    Attributes:
+        observations: The batch of observations (None for spaces with no layout).
+        rewards: One float64 per env.
+        terminations: One bool per env.
+        truncations: One bool per env.
+        shared: The views of the driver's shared memory, once shared (else None).
+        columns: The info columns in shared memory, this worker's rows of them.
+    """
+
+    def __init__(
+        self, observation_space: Any, action_space: Any, count: int, uniform: bool
+    ) -> None:
+        self._spaces = (observation_space, action_space)
+        self._flat = not isinstance(observation_space, (spaces.Dict, spaces.Tuple))
+        self._count = count
+        self._obs_list: list[Any] | None = None
+        self.observations: Any = None
+        self.rewards = np.zeros(count, dtype=np.float64)
+        self.terminations = np.zeros(count, dtype=np.bool_)
+        self.truncations = np.zeros(count, dtype=np.bool_)
+        self.shared: BatchViews | None = None
+        self.columns: list[InfoColumn] = []
+        self._blocks: dict[str, ColumnBlock] = {}
+        self._span = (0, count)
+        self._private: SharedBatch | None = None
+        if uniform and all(s is not None and covered(s) for s in self._spaces):
+            self._private = SharedBatch.create(*self._spaces, count, share=False)
+            self._use(self._private.views(0, count))
+        else:
+            self._obs_list = [None] * count
+
+    @property
+    def has_layout(self) -> bool:
+        """Whether the observations are arrays of a fixed layout (else a list)."""
+        return self._obs_list is None
+
+    def write_obs(self, k: int, obs: Any) -> None:
+        """Env `k`'s observation."""
+        if self._obs_list is not None:
+            self._obs_list[k] = obs
+        elif self._flat:
+            self.observations[k] = obs
+        else:
+            write_row(self._spaces[0], self.observations, k, obs)
+
+    def actions(self, positions: Sequence[int] | None) -> Any:
+        """A copy of the actions the driver put in shared memory (of `positions` only)."""
+        assert self.shared is not None
+        return read_actions(self.shared, self._spaces[1], positions)
+
+    def reply(
+        self, positions: Sequence[int] | None, infos: Any, old_api: bool
+    ) -> tuple[Any, Any, Any, Any, Any, bool]:
+        """The reply to a ``reset`` or ``step`` of the envs at `positions` (all if None)."""
+        if self.shared is not None:
+            return None, None, None, None, infos, old_api
+        space = self._spaces[0]
+        if self._obs_list is not None:
+            items = self._obs_list if positions is None else [self._obs_list[k] for k in positions]
+            observations = stack(space, items)
+        elif positions is None:
+            observations = self.observations
+        else:
+            observations = take(space, self.observations, positions)
+        if positions is None:
+            arrays = (self.rewards, self.terminations, self.truncations)
+        else:
+            rows = list(positions)
+            arrays = (self.rewards[rows], self.terminations[rows], self.truncations[rows])
+        return (observations, *arrays, infos, old_api)
+
+    def share(self, spec: dict[str, Any], start: int, stop: int) -> None:
+        """Move to rows ``start..stop-1`` of the driver's shared memory (`SharedBatch`)."""
+        if self._private is None:
+            raise ValueError("these envs' spaces have no shared layout")
+        views = SharedBatch.attach(spec).views(start, stop)
+        _copy_rows(views, self._private.views(0, self._count))
+        self._use(views)
+        self.shared, self._span = views, (start, stop)
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> list[InfoColumn]:
+        """Map the info columns of `specs` not mapped yet; every column, this worker's rows."""
+        if self.shared is not None:
+            start, stop = self._span
+            for spec in specs:
+                if spec["path"] not in self._blocks:
+                    block = self._blocks[spec["path"]] = ColumnBlock.attach(spec)
+                    self.columns += block.columns(start, stop)
+        return self.columns
+
+    def unshare(self) -> None:
+        """Move back to memory of this worker's own (the driver stopped sharing)."""
+        if self.shared is not None and self._private is not None:
+            mine = self._private.views(0, self._count)
+            _copy_rows(mine, self.shared)
+            self._use(mine)
+        self.shared, self._blocks, self.columns = None, {}, []
+
+    def _use(self, views: BatchViews) -> None:
+        self.observations = views.observations
+        self.rewards, self.terminations = views.rewards, views.terminations
+        self.truncations = views.truncations
+
+
+def _copy_rows(target: BatchViews, source: BatchViews) -> None:
+    _copy_into(target.observations, source.observations)
+    for theirs, ours in zip(target[2:5], source[2:5], strict=True):
+        theirs[...] = ours
+
+
+def _copy_into(target: Any, source: Any) -> None:
+    """Copy a batch (arrays nested in dicts and tuples) into another of the same layout."""
+    if isinstance(target, dict):
+        for key in target:
+            _copy_into(target[key], source[key])
+    elif isinstance(target, tuple):
+        for t, s in zip(target, source, strict=True):
+            _copy_into(t, s)
+    else:
+        target[...] = source

@@ -1,0 +1,112 @@
+"""What several test modules share: making, inspecting and killing vector envs, comparing batches.
+
+The only test module other modules import from (with `tests/envs.py`, the env classes Ray workers
+import). Functions that look inside a vector env use its private engine and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import numpy as np
+import pytest
+import ray
+from ray.exceptions import RayActorError
+
+from ray_multiprocess_env import RayVectorEnv, make_remote_class
+from tests.envs import FlakyEnv, FlakyHolder
+
+#: The two shapes of a `RayVectorEnv`: one actor per env, or workers holding two envs each.
+LAYOUTS = ["actor-per-env", "workers-of-2"]
+
+RemoteFlaky = make_remote_class(FlakyHolder, "env", __import__("gymnasium").Env)
+
+
+def flaky_vec(num_envs, layout, vec_class=RayVectorEnv, **kwargs):
+    """Flaky envs in one actor each, or in workers of two envs (``from_env_fns``)."""
+    if layout == "actor-per-env":
+        return vec_class([RemoteFlaky.remote() for _ in range(num_envs)], **kwargs)
+    return vec_class.from_env_fns([FlakyEnv] * num_envs, envs_per_worker=2, **kwargs)
+
+
+def wait_until_ready(vec):
+    """Wait for the actors to start, so a short `timeout` does not count their start-up."""
+    vec.node_ids()
+
+
+def worker_pids(envs):
+    """The process id of each worker of `envs` (any face), asked through its private engine."""
+    return envs._engine.run_on_workers("pid")
+
+
+def transport_kinds(envs):
+    """Each worker's transport: ``"shared_memory"``, ``"pipe"`` or ``"ray"`` (private engine)."""
+    return [worker.transport.kind for worker in envs._engine._pool.workers]
+
+
+def env_slices(envs):
+    """``(start, stop)`` of each worker's envs."""
+    return [(worker.envs.start, worker.envs.stop) for worker in envs._engine.workers]
+
+
+def engine_options(envs):
+    """The options the private engine of `envs` runs with."""
+    return envs._engine._pool.options
+
+
+def placement_group_of(envs):
+    """The placement group the private engine of `envs` made (None if it made none)."""
+    plan = envs._engine._pool.launcher.plan
+    return None if plan is None else plan.placement_group
+
+
+def assert_killed(actor, within=30.0):
+    """Wait (bounded) until `actor` is dead; `ray.kill` takes effect asynchronously."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=1.0)
+        except RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:  # serving its pipe: alive
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"actor {actor} is still alive {within} s after close()")
+
+
+def memory_files():
+    """This process's open anonymous memory files of ours."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:ray-multiprocess-env"):
+                found.append(fd)
+    return found
+
+
+def assert_same(ours, theirs, path="value"):
+    """Recursively compare batched values: dicts, tuples, arrays (object arrays included)."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), path
+        assert set(ours) == set(theirs), f"{path}: keys {set(ours)} != {set(theirs)}"
+        for key in theirs:
+            assert_same(ours[key], theirs[key], f"{path}[{key!r}]")
+    elif isinstance(theirs, tuple):
+        assert isinstance(ours, tuple), path
+        assert len(ours) == len(theirs), path
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(theirs, np.ndarray) and theirs.dtype == object:
+        assert isinstance(ours, np.ndarray), path
+        assert ours.dtype == object, path
+        assert ours.shape == theirs.shape, path
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(theirs, np.ndarray):
+        assert isinstance(ours, np.ndarray), f"{path}: {type(ours)}"
+        assert ours.dtype == theirs.dtype, f"{path}: {ours.dtype} != {theirs.dtype}"
+        np.testing.assert_array_equal(ours, theirs, err_msg=path)
+    else:
+        assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
