@@ -7,10 +7,6 @@ from collections.abc import Iterator
 import pytest
 import ray
 
-# conftest files and a runner for the peers' own suites (`peers/run.py`); importing them here
-# would swap SB3's and gymnasium's classes for ours in this session.
-collect_ignore = ["peers"]
-
 
 @pytest.fixture(scope="session", autouse=True)
 def ray_address() -> Iterator[str]:

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-_SCRIPT = Path(__file__).with_name("multinode_check.py")
+_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "multinode_check.py"
 
 
 def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):

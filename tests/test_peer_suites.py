@@ -1,6 +1,6 @@
 """stable-baselines3's own VecEnv tests pass with `SB3VecEnv` in place of ``SubprocVecEnv``.
 
-`peers/run.py` fetches the source distribution of the installed SB3 version from the package
+`scripts/peers/run.py` fetches the source distribution of the installed SB3 version from the package
 index and runs its tests there (gymnasium's suite is run by hand; see that file).
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-RUN = Path(__file__).resolve().parent / "peers" / "run.py"
+RUN = Path(__file__).resolve().parent.parent / "scripts" / "peers" / "run.py"
 
 
 @pytest.mark.timeout(900)

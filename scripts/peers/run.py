@@ -4,14 +4,14 @@ stable-baselines3's VecEnv tests run with ``SubprocVecEnv`` replaced by `SB3VecE
 source distribution of the installed SB3 version (it ships ``tests/``; nothing of it is kept in
 this repository)::
 
-    python tests/peers/run.py sb3
+    python scripts/peers/run.py sb3
 
 gymnasium's vector tests run with ``AsyncVectorEnv`` replaced by `GymnasiumVectorEnv`, from a
 checkout of https://github.com/Farama-Foundation/Gymnasium at the installed version's tag (its
 source distribution has no tests)::
 
     git clone --branch v1.2.2 https://github.com/Farama-Foundation/Gymnasium /tmp/Gymnasium
-    python tests/peers/run.py gymnasium --source /tmp/Gymnasium
+    python scripts/peers/run.py gymnasium --source /tmp/Gymnasium
 
 Arguments after ``--`` go to pytest. The tests listed in `NOT_APPLICABLE` are deselected, with
 the reason printed; everything else must pass. Rendering runs headless (pygame's dummy video
