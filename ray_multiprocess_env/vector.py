@@ -20,6 +20,7 @@ from ray.actor import ActorHandle
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import check_length, check_seed_list
+from ray_multiprocess_env._protocol.infos import unbatch_infos
 from ray_multiprocess_env.batch import copy_batch, stack, unstack, unzip
 from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info
 from ray_multiprocess_env.vector_first_ready import FirstReady
@@ -143,10 +144,10 @@ class RayVectorEnv(VectorConstructors, FirstReady):
             timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry the
                 `TimeoutError` leaves the call pending: call `step_wait` again to wait longer.
         """
-        results = self._per_env(self._engine.step_wait(timeout))
-        for index, result in enumerate(results):
-            self._last_obs[index] = result[0] if isinstance(result, tuple) else result
-        return unzip(results)
+        batch = self._engine.step_wait(timeout)
+        fields = self._fields(batch)
+        self._last_obs[:] = self._observations(batch, fields)
+        return fields
 
     def reset(self, mask: Sequence[Any] | None = None) -> Any:
         """Reset the envs, skipping those whose `mask` entry is truthy (pfrl's convention).
@@ -174,9 +175,9 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         if not keep.all():  # (pfrl calls this after every step: nothing to do most times)
             reset = self._engine.reset(mask=None if mask is None else ~keep)
             self._reset_gives_info = self._gives_info(reset)
-            for env, result in enumerate(self._per_env(reset, reset=True)):
-                if not keep[env]:
-                    self._last_obs[env], infos[env] = result
+            observations, reset_infos = self._fields(reset, reset=True)
+            for env in np.flatnonzero(~keep).tolist():
+                self._last_obs[env], infos[env] = observations[env], reset_infos[env]
             self._has_obs |= ~keep
         observations = list(self._last_obs)
         return (observations, infos) if self._reset_gives_info else observations
@@ -309,28 +310,47 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         return f"{type(self).__name__}(num_envs={self.num_envs}{state})"
 
     # -- helpers ------------------------------------------------------------------------------
-    def _per_env(self, batch: Batch, reset: bool = False) -> list[Any]:
-        """The per-env results pfrl takes: each env's own, or rows of the batch (copies).
+    def _fields(self, batch: Batch, reset: bool = False) -> tuple[Any, ...]:
+        """Pfrl's per-field tuples, one entry per row: rows of the batch (copies by default).
 
-        A reset gives ``(obs, info)`` per env (the caller drops the info for old gym).
+        A step gives ``(obs, rewards, terminated, truncated, infos)`` (old gym: ``(obs,
+        rewards, dones, infos)``); a reset ``(obs, infos)``. For envs that are the user's own
+        actors, what each returned, unzipped (a reset's as ``(obs, info)`` pairs).
         """
         if batch.rows is not None:
             if reset:
-                return [r if r is None or is_obs_and_info(r) else (r, {}) for r in batch.rows]
-            return batch.rows
-        space = self._engine.spec.observation_space
+                pairs = [r if r is None or is_obs_and_info(r) else (r, {}) for r in batch.rows]
+                return tuple(p[0] if p else None for p in pairs), tuple(p and p[1] for p in pairs)
+            return unzip(batch.rows)
         observations = batch.observations
         if self._copy and batch.shared:
             observations = copy_batch(observations)
-        count = len(batch.infos)
-        rows = list(observations) if isinstance(observations, np.ndarray) else None
-        obs = rows if rows is not None else unstack(batch_space(space, count), observations)
+        rewards, terminations, truncations = batch.arrays()
+        count = len(rewards)
+        if isinstance(observations, np.ndarray):
+            obs = tuple(observations)
+        else:
+            space = batch_space(self._engine.spec.observation_space, count)
+            obs = tuple(unstack(space, observations))
+        infos = tuple(unbatch_infos(batch.infos, count))
         if reset:
-            return list(zip(obs, batch.infos, strict=True))
-        rewards, terminations, truncations = (a.tolist() for a in batch.arrays())
+            return obs, infos
         if batch.old_api:
-            return list(zip(obs, rewards, terminations, batch.infos, strict=True))
-        return list(zip(obs, rewards, terminations, truncations, batch.infos, strict=True))
+            return obs, tuple(rewards.tolist()), tuple(terminations.tolist()), infos
+        return (
+            obs,
+            tuple(rewards.tolist()),
+            tuple(terminations.tolist()),
+            tuple(truncations.tolist()),
+            infos,
+        )
+
+    @staticmethod
+    def _observations(batch: Batch, fields: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Each row's observation, from the `fields` of a step."""
+        if batch.rows is None:
+            return tuple(fields[0])
+        return tuple(r[0] if isinstance(r, tuple) else r for r in batch.rows)
 
     @staticmethod
     def _gives_info(batch: Batch) -> bool:

@@ -14,7 +14,6 @@ import numpy as np
 
 from ray_multiprocess_env._engine import Batch, Engine
 from ray_multiprocess_env._engine.options import check_env_ids
-from ray_multiprocess_env.batch import unzip
 
 __all__ = ["FirstReady"]
 
@@ -34,10 +33,14 @@ class FirstReady:
     def _check_in_space(self, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
-    def _per_env(self, batch: Batch, reset: bool = False) -> list[Any]:
+    def _fields(self, batch: Batch, reset: bool = False) -> tuple[Any, ...]:
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
     def _action_batch(self, actions: Sequence[Any]) -> Any:
+        raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
+
+    @staticmethod
+    def _observations(batch: Batch, fields: tuple[Any, ...]) -> tuple[Any, ...]:
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
     def async_reset(self) -> None:
@@ -80,11 +83,11 @@ class FirstReady:
         batch = self._engine.recv(batch_size, timeout)
         assert batch.env_ids is not None
         env_ids = batch.env_ids.tolist()
-        results = self._per_env(batch)
-        for env, result in zip(env_ids, results, strict=True):
-            self._last_obs[env] = result[0] if isinstance(result, tuple) else result
+        fields = self._fields(batch)
+        for env, obs in zip(env_ids, self._observations(batch, fields), strict=True):
+            self._last_obs[env] = obs
         self._has_obs[env_ids] = True
-        return env_ids, unzip(results)
+        return env_ids, fields
 
     def reset_env(self, env_id: int, **kwargs: Any) -> Any:
         """Reset one env now, while others may be in flight (RLlib's ``try_reset``).
@@ -112,8 +115,8 @@ class FirstReady:
         if batch.rows is not None:
             result = batch.rows[env]
         else:
-            obs, info = self._per_env(batch, reset=True)[env]
-            result = obs if batch.old_api else (obs, info)
+            observations, infos = self._fields(batch, reset=True)
+            result = observations[env] if batch.old_api else (observations[env], infos[env])
         self._last_obs[env] = result[0] if isinstance(result, tuple) else result
         self._has_obs[env] = True
         return result

@@ -119,7 +119,6 @@ class VectorConstructors:
             per_worker,
             options,
             name=cls.__name__,
-            info_layout="per_env",
             uniform="prefer",
             autoreset=False,
         )

@@ -9,6 +9,7 @@ interrupt is delivered right after.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C functions: no enum conversions
+import _thread
 import signal
 import threading
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 __all__ = ["deferred_interrupts"]
 
 _SIGINT = int(signal.SIGINT)
-_MAIN_THREAD = threading.main_thread()
+_MAIN_THREAD = threading.main_thread().ident
 
 
 class _DeferredInterrupts:
@@ -27,7 +28,7 @@ class _DeferredInterrupts:
 
     def __enter__(self) -> None:
         self._previous = None
-        if _DeferredInterrupts._active or threading.current_thread() is not _MAIN_THREAD:
+        if _DeferredInterrupts._active or _thread.get_ident() != _MAIN_THREAD:
             return
         if _signal.getsignal(_SIGINT) is None:  # a handler set from C: leave it alone
             return

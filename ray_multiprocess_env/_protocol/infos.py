@@ -324,15 +324,36 @@ def _new_array(key: str, value: Any, size: int) -> np.ndarray:
 
 
 def unbatch_infos(infos: dict[str, Any], size: int) -> list[dict[str, Any]]:
-    """One info dict per row from a batched info dict (the values of rows whose mask is set)."""
-    out: list[dict[str, Any]] = [{} for _ in range(size)]
+    """One info dict per row from a batched info dict (the values of rows whose mask is set).
+
+    Numbers come back as Python numbers, arrays as rows of the batch, objects as they were.
+    """
+    keys: list[str] = []
+    columns: list[list[Any]] = []
+    masks: list[list[bool]] = []
+    full = True  # every row has every key (the usual case: one dict per row at once)
     for key, value in infos.items():
-        if key.startswith("_") and key[1:] in infos:
+        if key[:1] == "_" and key[1:] in infos:
             continue
-        mask = infos.get(f"_{key}")
+        mask = infos.get("_" + key)
         if mask is None:
             continue
-        nested = unbatch_infos(value, size) if isinstance(value, dict) else None
-        for row in np.flatnonzero(mask).tolist():
-            out[row][key] = nested[row] if nested is not None else value[row]
+        if isinstance(value, dict):
+            columns.append(unbatch_infos(value, size))
+        elif value.dtype != object and value.ndim == 1:
+            columns.append(value.tolist())
+        else:
+            columns.append(list(value))
+        keys.append(key)
+        present = mask.tolist()
+        masks.append(present)
+        if full and not all(present):
+            full = False
+    if full and keys:  # (every column has `size` rows; zip's `strict` costs time here)
+        return [dict(zip(keys, row)) for row in zip(*columns)]  # noqa: B905
+    out: list[dict[str, Any]] = [{} for _ in range(size)]
+    for key, values, present in zip(keys, columns, masks, strict=True):
+        for row, has in enumerate(present):
+            if has:
+                out[row][key] = values[row]
     return out

@@ -147,13 +147,23 @@ def serve(
     """
     done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
     go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
+    pending = b""  # what was read beyond the last whole message
     try:
         while True:
-            header = _read_exact(go_fd, HEADER.size)
-            payload = None if header is None else _read_exact(go_fd, HEADER.unpack(header)[1])
-            if header is None or payload is None:
-                return  # the driver closed the pipe (or died)
-            _write_all(done_fd, answer(handle, env_indices, HEADER.unpack(header)[0], payload))
+            while len(pending) < HEADER.size:  # a whole message, usually in one read
+                chunk = os.read(go_fd, 1 << 16)
+                if not chunk:
+                    return  # the driver closed the pipe (or died)
+                pending += chunk
+            seq, size = HEADER.unpack_from(pending)
+            end = HEADER.size + size
+            if len(pending) < end:
+                rest = _read_exact(go_fd, end - len(pending))
+                if rest is None:
+                    return
+                pending += rest
+            payload, pending = pending[HEADER.size : end], pending[end:]
+            _write_all(done_fd, answer(handle, env_indices, seq, payload))
     except OSError:
         return  # the driver went away mid-message
     finally:
@@ -270,6 +280,13 @@ class Inbox:
             return self._take(), ended
 
     def _take(self) -> list[tuple[int, bytes]]:
+        data = self._data
+        if len(data) >= HEADER.size:  # one whole message, the usual case
+            seq, size = HEADER.unpack_from(data)
+            if len(data) == HEADER.size + size:
+                payload = bytes(data[HEADER.size :])
+                data.clear()
+                return [(seq, payload)]
         messages = []
         view, start = memoryview(self._data), 0
         while len(view) - start >= HEADER.size:

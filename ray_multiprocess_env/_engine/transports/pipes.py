@@ -53,9 +53,13 @@ class _PipeWaiter:
 
     def wait(self, tickets: Sequence[Ticket], deadline: float | None, min_count: int) -> None:
         pipes = tuple({id(t.transport): cast(PipeTransport, t.transport) for t in tickets}.values())
+        count = len(tickets)
         while True:
-            settled = sum(t.outcome is not None for t in tickets)
-            if settled >= min_count or settled == len(tickets):
+            settled = 0
+            for ticket in tickets:
+                if ticket.outcome is not None:
+                    settled += 1
+            if settled >= min_count or settled == count:
                 return
             poller, readers, writers = self._poller(pipes)
             left = remaining(deadline)
