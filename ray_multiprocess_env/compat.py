@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "reset_env",
     "reset_obs",
     "reset_with_seed",
+    "restart_seed",
     "step_env",
 ]
 
@@ -133,6 +135,19 @@ def reset_as_step(reset_result: Any) -> tuple[Any, ...]:
     if is_obs_and_info(reset_result):
         return (reset_result[0], 0.0, False, False, reset_result[1])
     return (reset_result, 0.0, False, {})
+
+
+def restart_seed(seed: int | None, restarts: int, *, rebuilt: bool = False) -> int | None:
+    """The seed an env is reset with after its worker restarted, or after it was rebuilt.
+
+    Derived from its last seed and how many times that happened (`rebuilt`: the env raised
+    and was built again in its worker, counted apart), so a seeded run stays reproducible
+    through failures; None (unseeded) if the env was never given a seed.
+    """
+    if seed is None:
+        return None
+    key = [seed, restarts, 1] if rebuilt else [seed, restarts]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
 def reset_with_seed(env: Any, seed: int | None, options: Any = None) -> Any:

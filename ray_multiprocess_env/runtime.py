@@ -29,7 +29,9 @@ def ensure_runtime(**init_kwargs: Any) -> bool:
 
     If Ray is already initialized (by the user, a trainer, or an earlier call) nothing happens.
     If the ``RAY_ADDRESS`` environment variable names a cluster, this connects to it and never
-    starts a local runtime. Otherwise it starts a local Ray runtime with the dashboard off.
+    starts a local runtime. Otherwise it starts a local Ray runtime of this process's own with
+    the dashboard off, even where ``ray start`` left a cluster running on this machine (join
+    one with ``RAY_ADDRESS`` or ``ray.init(address="auto")``).
 
     Args:
         **init_kwargs: Extra keyword arguments for `ray.init` (for example ``num_cpus``), used
@@ -51,10 +53,12 @@ def ensure_runtime(**init_kwargs: Any) -> bool:
             logger.info("Connecting to the Ray cluster at RAY_ADDRESS=%s", address)
             ray.init(address=address, **init_kwargs)
             return True
-        options: dict[str, Any] = {"include_dashboard": False}
+        # "local": a runtime of this process's own, even where `ray start` left a cluster
+        # running on this machine (which a bare `ray.init()` would join)
+        options: dict[str, Any] = {"address": "local", "include_dashboard": False}
         options.update(init_kwargs)
         ray.init(**options)
-        _started_here = True
+        _started_here = options["address"] == "local"
         logger.info(
             "Started a local Ray runtime for ray_multiprocess_env (dashboard off); "
             "call `ray.init(...)` yourself first to choose its settings."

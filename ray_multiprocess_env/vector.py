@@ -182,8 +182,12 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         observations = list(self._last_obs)
         return (observations, infos) if self._reset_gives_info else observations
 
-    def seed(self, seeds: int | Sequence[int | None] | None = None) -> list[Any]:
+    def seed(
+        self, seeds: int | np.random.SeedSequence | Sequence[int | None] | None = None
+    ) -> list[Any]:
         """Seed the envs: an int gives env ``i`` the seed ``seeds + i``; a list gives one each.
+
+        A `numpy.random.SeedSequence` gives independent seeds (see `make_vector_env`).
 
         An env with a ``seed`` method (old gym, `GymAPIBridge`) is seeded at once. A gymnasium
         env has no ``seed`` method, so its seed is passed to its next ``reset(seed=...)``.

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env._engine import Engine, Options
-from ray_multiprocess_env._engine.options import check_positive_int, envs_per_worker_argument
+from ray_multiprocess_env._engine.options import (
+    DEFAULT_MAX_RESTARTS,
+    check_positive_int,
+    envs_per_worker_argument,
+)
 from ray_multiprocess_env.placement import plan_placement
 
 if TYPE_CHECKING:
@@ -26,7 +31,9 @@ class VectorConstructors:
     ) -> None:
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
-    def seed(self, seeds: int | Sequence[int | None] | None = None) -> list[Any]:
+    def seed(
+        self, seeds: int | np.random.SeedSequence | Sequence[int | None] | None = None
+    ) -> list[Any]:
         """Seed the envs (see `RayVectorEnv.seed`)."""
         raise NotImplementedError  # pragma: no cover - `RayVectorEnv` defines it
 
@@ -48,8 +55,10 @@ class VectorConstructors:
         on_actor_failure: str = "raise",
         check_actions: bool = False,
         transport: str | None = None,
-        seed: int | Sequence[int | None] | None = None,
+        seed: int | np.random.SeedSequence | Sequence[int | None] | None = None,
         copy: bool = True,
+        on_env_error: str = "raise",
+        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
     ) -> Self:
         """Build the envs from factories inside worker actors holding `envs_per_worker` each.
 
@@ -91,6 +100,12 @@ class VectorConstructors:
             copy: With True (default) each observation handed out is an array of its own; with
                 False, when the workers share memory with the driver, a row of the shared batch
                 that the next `step` or `reset` overwrites.
+            on_env_error: ``"raise"`` or ``"restart"``: an env whose ``step`` or ``reset``
+                raises is built again from its factory in its worker; its episode is reported
+                as cut short (gymnasium envs: truncated; old gym: ``info["needs_reset"]``) with
+                ``info["env_error"]``, the error's text.
+            max_restarts: How many times each worker may be restarted and each env rebuilt
+                (default 100; None: no limit).
 
         Example:
             >>> import gymnasium as gym
@@ -110,6 +125,8 @@ class VectorConstructors:
             check_actions=check_actions,
             actor_options=actor_options,
             placement=placement,
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
         )
         if not isinstance(copy, bool):
             raise TypeError(f"`copy` must be True or False, got {copy!r}.")

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
 
@@ -36,7 +37,7 @@ from ray_multiprocess_env.compat import (
     env_set_attr,
 )
 from ray_multiprocess_env.errors import _EnvFailures
-from ray_multiprocess_env.worker_batch import Reply, WorkerBatch
+from ray_multiprocess_env.worker_batch import Rebuild, Reply, WorkerBatch
 from ray_multiprocess_env.worker_rows import WorkerRows
 
 __all__ = ["INFO_LAYOUTS", "WORKER_ENV_METHODS", "EnvWorker"]
@@ -66,6 +67,9 @@ class EnvWorker:
             at once with its seed, and its next ``step`` reports the lost episode as truncated
             with ``info["env_crashed"] = True`` instead of stepping.
         info_layout: ``"batched"`` (gymnasium's dict) or ``"per_env"`` (a dict per env).
+        on_env_error: ``"raise"``, or ``"restart"``: an env that raises is built again from
+            its factory (at most `max_restarts` times each; None: no limit).
+        max_restarts: See `on_env_error`.
     """
 
     def __init__(
@@ -75,6 +79,8 @@ class EnvWorker:
         autoreset_mode: str = AutoresetMode.NEXT_STEP.value,
         restart_seeds: Sequence[int | None] | None = None,
         info_layout: str = "batched",
+        on_env_error: str = "raise",
+        max_restarts: int | None = None,
     ) -> None:
         self._thread = threading.get_ident()
         self.env_indices = list(env_indices)
@@ -97,6 +103,7 @@ class EnvWorker:
             self._rows,
             AutoresetMode(autoreset_mode),
             info_layout == "batched",
+            Rebuild(env_fns, max_restarts) if on_env_error == "restart" else None,
         )
         if restart_seeds is not None:
             self._batch.restarted(restart_seeds)
@@ -107,7 +114,7 @@ class EnvWorker:
         if threading.get_ident() != self._thread:  # pragma: no cover - Ray's plain actors
             raise RuntimeError("EnvWorker was called off the thread that built its envs")
         method: Callable[..., Any] = getattr(self, f"_op_{op}")
-        return method(*args)
+        return method(*_writable(args))
 
     def serve(self, go: str, done: str) -> None:
         """Serve operations from the named pipe `go`, replies to `done`, until the driver leaves.
@@ -234,3 +241,22 @@ class EnvWorker:
                 failures.append(self._batch.failure(k, err))
         if failures:
             raise _EnvFailures("close", failures)
+
+
+def _writable(value: Any, depth: int = 0) -> Any:
+    """`value` with copies of the read-only arrays in it (Ray hands arguments out read-only).
+
+    An env gets what it would get in-process: an array it may change (``np.clip(a, out=a)``)
+    and keep. Arrays are looked for a few containers deep (actions, `call`'s arguments).
+    """
+    if isinstance(value, np.ndarray):
+        return value if value.flags.writeable else value.copy()
+    if depth > 3:
+        return value
+    if type(value) in (tuple, list):
+        items = [_writable(item, depth + 1) for item in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value  # noqa: B905
+    if type(value) is dict:
+        pairs = {key: _writable(item, depth + 1) for key, item in value.items()}
+        return pairs if any(pairs[key] is not value[key] for key in value) else value
+    return value

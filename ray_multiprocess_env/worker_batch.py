@@ -4,7 +4,9 @@ It steps the worker's envs one after the other with gymnasium's autoreset semant
 for pfrl), writes each env's observation, reward and flags into the worker's rows
 (`WorkerRows`) and hands its infos to the worker's `InfoBatcher` (gymnasium's layout) or keeps
 them per env. An env that raises keeps its state and the others go on; the failures are
-raised together afterwards with the reply of the others. A worker that replaced a lost one
+raised together afterwards with the reply of the others, unless the env is to be rebuilt
+(``on_env_error="restart"``): then it is built again from its factory and reset, and its
+episode is reported as truncated with ``info["env_error"]``. A worker that replaced a lost one
 reports each lost episode at that env's next step.
 
 A plain class, not the actor: Ray wraps every method of an actor class for tracing, which
@@ -13,6 +15,7 @@ would cost a little on each env of each step. This module imports nothing of the
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -22,17 +25,30 @@ from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._protocol.infos import InfoBatcher
 from ray_multiprocess_env.batch import unstack
-from ray_multiprocess_env.compat import reset_env, step_env
+from ray_multiprocess_env.compat import reset_env, restart_seed, step_env
 from ray_multiprocess_env.errors import _EnvFailures
 from ray_multiprocess_env.worker_rows import WorkerRows
 
-__all__ = ["Reply", "WorkerBatch"]
+__all__ = ["Rebuild", "Reply", "WorkerBatch"]
 
 #: A reply to ``reset`` and ``step``: observations, rewards, terminations and truncations of
 #: the envs called (None where they are in shared memory); their infos, as ``(pieces, the
 #: columns written)`` (`InfoBatcher.finish`) or as info dicts by position; and whether an env
 #: spoke old gym's API.
 Reply = tuple[Any, Any, Any, Any, Any, bool]
+
+
+class Rebuild:
+    """What rebuilding envs that raise needs (``on_env_error="restart"``).
+
+    Their factories, their last seeds, and how many times each was rebuilt (against
+    `max_restarts`, None: no limit).
+    """
+
+    def __init__(self, env_fns: Sequence[Any], max_restarts: int | None) -> None:
+        self.env_fns, self.max_restarts = list(env_fns), max_restarts
+        self.seeds: list[int | None] = [None] * len(self.env_fns)
+        self.counts = [0] * len(self.env_fns)
 
 
 class WorkerBatch:
@@ -45,8 +61,10 @@ class WorkerBatch:
         rows: WorkerRows,
         autoreset_mode: AutoresetMode,
         batched_infos: bool,
+        rebuild: Rebuild | None = None,
     ) -> None:
         self.envs, self.env_indices, self.rows = envs, env_indices, rows
+        self._rebuild = rebuild
         self._next_step = autoreset_mode == AutoresetMode.NEXT_STEP
         self._same_step = autoreset_mode == AutoresetMode.SAME_STEP
         self._batched_infos = batched_infos
@@ -63,6 +81,8 @@ class WorkerBatch:
             obs, info, old_api = reset_env(env, seeds[k])
             self.lost[k] = (obs, info, old_api)
             self.rows.write_obs(k, obs)
+            if self._rebuild is not None and seeds[k] is not None:
+                self._rebuild.seeds[k] = seeds[k]
 
     def reset(
         self,
@@ -82,11 +102,16 @@ class WorkerBatch:
             rows.terminations[k] = rows.truncations[k] = self._autoreset[k] = False
             rows.rewards[k], self.lost[k] = 0.0, None
             env_options = options if options is None or isinstance(options, dict) else options[k]
+            if self._rebuild is not None and seeds[k] is not None:
+                self._rebuild.seeds[k] = seeds[k]
             try:
                 obs, info, old = reset_env(self.envs[k], seeds[k], env_options)
             except Exception as err:
-                failures.append(self.failure(k, err))
-                continue
+                rebuilt = self._rebuilt(k, err)
+                if rebuilt is None:
+                    failures.append(self.failure(k, err))
+                    continue
+                obs, info, old = rebuilt
             old_api |= old
             rows.write_obs(k, obs)
             self._add_info(k, info)
@@ -108,8 +133,13 @@ class WorkerBatch:
             try:
                 old_api |= self._step_one(k, action)
             except Exception as err:
-                failures.append(self.failure(k, err))
                 rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
+                rebuilt = self._rebuilt(k, err)
+                if rebuilt is None:
+                    failures.append(self.failure(k, err))
+                    continue
+                self.lost[k] = rebuilt  # reported now, as an episode lost with its worker
+                old_api |= self._report_lost(k, {"env_error": rebuilt[1].pop("env_error")})
         return self._reply("step", positions, old_api, failures)
 
     def _step_one(self, k: int, action: Any) -> bool:
@@ -136,22 +166,50 @@ class WorkerBatch:
         self._add_info(k, info)
         return old_api
 
-    def _report_lost(self, k: int) -> bool:
-        """Report env `k`'s episode, lost with the worker it ran in, as truncated (reward 0).
+    def _report_lost(self, k: int, why: dict[str, Any] | None = None) -> bool:
+        """Report env `k`'s lost episode as truncated (reward 0), its new first observation.
 
-        Old gym (pfrl): not done, with ``info["needs_reset"]``.
+        `why` is the info that says why (``env_crashed``: its worker was lost, the default;
+        ``env_error``: it raised and was rebuilt). Old gym (pfrl): not done, with
+        ``info["needs_reset"]``.
         """
+        why = why or {"env_crashed": True}
         obs, reset_info, old_api = self.lost[k]
         self.lost[k], rows = None, self.rows
         rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, True
         self._autoreset[k] = self._next_step
+        rows.write_obs(k, obs)
         if self._same_step:
-            self._add_info(k, {"final_obs": obs, "final_info": {"env_crashed": True}})
+            self._add_info(k, {"final_obs": obs, "final_info": dict(why)})
         if old_api:
-            self._add_info(k, {"needs_reset": True, "env_crashed": True})
+            self._add_info(k, {"needs_reset": True, **why})
         else:
-            self._add_info(k, {**reset_info, "env_crashed": True})
+            self._add_info(k, {**reset_info, **why})
         return bool(old_api)
+
+    def _rebuilt(self, k: int, err: Exception) -> tuple[Any, dict[str, Any], bool] | None:
+        """Env `k` built again and reset after it raised `err`, if policy and budget allow.
+
+        Returns ``(obs, info with "env_error", old_api)``, or None: its error is raised.
+        """
+        rebuild = self._rebuild
+        if rebuild is None:
+            return None
+        if rebuild.max_restarts is not None and rebuild.counts[k] >= rebuild.max_restarts:
+            err.args = (
+                f"{err} (env {self.env_indices[k]} was rebuilt {rebuild.counts[k]} times "
+                f"already: `max_restarts={rebuild.max_restarts}`)",
+            )
+            return None
+        with contextlib.suppress(Exception):
+            self.envs[k].close()
+        rebuild.counts[k] += 1
+        self.envs[k] = rebuild.env_fns[k]()
+        seed = restart_seed(rebuild.seeds[k], rebuild.counts[k], rebuilt=True)
+        obs, info, old_api = reset_env(self.envs[k], seed)
+        self._autoreset[k] = False
+        self.rows.write_obs(k, obs)
+        return obs, {**info, "env_error": f"{type(err).__name__}: {err}"}, old_api
 
     def _action_batch(self, count: int) -> Any:
         batched = self._action_batches.get(count)

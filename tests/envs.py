@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -362,3 +363,68 @@ class ShiftingInfoEnv(gym.Env[np.ndarray, int]):
             info["episode"] = {"r": float(self.t), "l": self.t}
             info["at_end"] = np.float32(x)
         return np.array([x, self.t]), float(action), done, False, info
+
+
+class InPlaceEnv(FlakyEnv):
+    """Changes what it is given in place, as envs may.
+
+    It clips its action, doubles an array it is passed, keeps its `weights` and adds to them.
+    """
+
+    action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+    def step(self, action: np.ndarray):
+        np.clip(action, -0.5, 0.5, out=action)
+        self.kept = action
+        return np.array([float(action.sum())], dtype=np.float32), 0.0, False, False, {}
+
+    def double(self, values: np.ndarray) -> np.ndarray:
+        values *= 2
+        return values
+
+    def bump(self) -> np.ndarray:
+        self.weights += 1
+        return self.weights
+
+
+class RaisingEnv(gym.Env[np.ndarray, int]):
+    """Counts; raises ValueError on every `raise_every`-th step it takes (0: never).
+
+    Seeded resets start the count at a seeded value; episodes are truncated after 20 steps.
+    """
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float64)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, raise_every: int = 0) -> None:
+        self.raise_every = raise_every
+        self.taken = 0
+        self.count = self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.count, self.t = int(self.np_random.integers(100)), 0
+        return np.array([self.count, self.t], dtype=np.float64), {"start": self.count}
+
+    def step(self, action: int):
+        self.taken += 1
+        if self.raise_every and self.taken % self.raise_every == 0:
+            raise ValueError(f"boom at step {self.taken}")
+        self.count += int(action)
+        self.t += 1
+        obs = np.array([self.count, self.t], dtype=np.float64)
+        return obs, float(action), False, self.t >= 20, {"count": self.count}
+
+
+class DyingEnv(FlakyEnv):
+    """Its worker process dies (``os._exit``) on the second step each new env takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken = 0
+
+    def step(self, action: int):
+        self.taken += 1
+        if self.taken == 2:
+            os._exit(1)
+        return super().step(action)

@@ -227,10 +227,12 @@ ENTRY_POINTS = {
 
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_every_entry_point_takes_every_engine_option(entry):
-    """timeout, on_actor_failure, transport, actor_options and placement reach the engine."""
+    """Every engine option (faults and seeds too) reaches the engine from every entry point."""
     options = {
         "timeout": 30.0,
         "on_actor_failure": "restart",
+        "on_env_error": "restart",
+        "max_restarts": 3,
         "transport": "pipe",
         "actor_options": {"num_cpus": 0.5},
         "placement": None,
@@ -238,6 +240,7 @@ def test_every_entry_point_takes_every_engine_option(entry):
     with contextlib.closing(ENTRY_POINTS[entry](**options)) as envs:
         engine = engine_options(envs)
         assert (engine.timeout, engine.on_actor_failure) == (30.0, "restart")
+        assert (engine.on_env_error, engine.max_restarts) == ("restart", 3)
         assert engine.transport == "pipe"
         assert dict(engine.actor_options) == {"num_cpus": 0.5}
 

@@ -24,9 +24,7 @@ TRANSPORTS = ["auto", "pipe", "ray"]
 
 def _compare(fns, steps, transport, mode=AutoresetMode.NEXT_STEP, shape_changes=False):
     reference = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
-    ours = GymnasiumVectorEnv(
-        fns, envs_per_worker=2, transport=transport, autoreset_mode=mode
-    )
+    ours = GymnasiumVectorEnv(fns, envs_per_worker=2, transport=transport, autoreset_mode=mode)
     with contextlib.closing(ours), contextlib.closing(reference):
         assert_same(ours.reset(seed=7), reference.reset(seed=7), "reset")
         reference.action_space.seed(1)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
+import pytest
 import ray
 
 from ray_multiprocess_env import ensure_runtime, shutdown_runtime, started_runtime
@@ -82,3 +86,65 @@ def test_a_running_runtime_is_used_and_never_shut_down():
     assert started_runtime() is False
     assert shutdown_runtime() is False
     assert ray.is_initialized()
+
+
+_ENSURE_SCRIPT = textwrap.dedent(
+    """
+    import ray
+    from ray_multiprocess_env import ensure_runtime, shutdown_runtime, started_runtime
+
+    ensure_runtime(num_cpus=1)
+    print("started_runtime", started_runtime())
+    print("gcs", ray.get_runtime_context().gcs_address)
+    print("shut_down", shutdown_runtime())
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_cluster_left_by_ray_start_is_not_joined_nor_claimed():
+    """`ray start --head` left running, no RAY_ADDRESS: ensure_runtime starts its own runtime.
+
+    A bare `ray.init()` joins such a cluster (through /tmp/ray/ray_current_cluster); the
+    library must not join it while saying it started a local runtime it may shut down.
+    """
+    port = _free_port()
+    current = pathlib.Path("/tmp/ray/ray_current_cluster")
+    before = current.read_text() if current.exists() else None
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    command = [ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=1"]
+    head = subprocess.Popen(
+        [*command, "--include-dashboard=false"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (current.exists() and current.read_text().endswith(f":{port}")):
+            assert head.poll() is None, "`ray start --head` exited"
+            assert time.monotonic() < deadline, "`ray start --head` did not come up in 120 s"
+            time.sleep(0.5)
+        result = _run(_ENSURE_SCRIPT)
+        assert result.returncode == 0, result.stderr
+        assert "started_runtime True" in result.stdout
+        assert "shut_down True" in result.stdout
+        gcs = result.stdout.split("gcs ", 1)[1].split()[0]
+        assert not gcs.endswith(f":{port}"), "joined the cluster `ray start` left running"
+    finally:
+        head.terminate()  # --block: stopping it stops the processes it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            head.wait(timeout=30)
+        if before is None:
+            current.unlink(missing_ok=True)
+        else:
+            current.write_text(before)

@@ -229,7 +229,8 @@ class Calls:
             if ticket.outcome is None and ticket.transport is not None:
                 ticket.transport.forget(ticket)
             why = "did not answer in time" if ticket.outcome is None else "died"
-            self.pool.restart(ticket.worker, ticket.generation, call.label, why)
+            cause = ticket.outcome.error if ticket.outcome is not None else None
+            self.pool.restart(ticket.worker, ticket.generation, call.label, why, cause)
             worker = self.pool.workers[ticket.worker]
             retry = Ticket(
                 ticket.worker,

@@ -127,7 +127,12 @@ class Engine(FirstReadyVerbs):
                 options.placement, count, options.actor_options, timeout=options.timeout
             )
             mode = options.autoreset_mode if autoreset else AutoresetMode.DISABLED
-            worker_args = {"autoreset_mode": mode.value, "info_layout": info_layout}
+            worker_args = {
+                "autoreset_mode": mode.value,
+                "info_layout": info_layout,
+                "on_env_error": options.on_env_error,
+                "max_restarts": options.max_restarts,
+            }
             launcher = RayLauncher(options, plan, worker_args)
         pool = Pool.start(factories, per_worker, options, launcher)
         return cls(pool, name=name, info_layout=info_layout, uniform=uniform)

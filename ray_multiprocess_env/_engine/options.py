@@ -8,6 +8,7 @@ bad value and the fix.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import os
 import warnings
@@ -15,15 +16,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env.compat import as_autoreset_mode
 
 __all__ = [
+    "DEFAULT_MAX_RESTARTS",
     "FAILURE_POLICIES",
     "TRANSPORTS",
     "TRANSPORT_VARIABLE",
     "Options",
+    "check_base_seed",
     "check_env_fns",
     "check_env_ids",
     "check_length",
@@ -35,8 +39,10 @@ __all__ = [
 
 #: The values of `transport`.
 TRANSPORTS = ("auto", "pipe", "ray")
-#: The values of `on_actor_failure`.
+#: The values of `on_actor_failure` and `on_env_error`.
 FAILURE_POLICIES = ("raise", "restart")
+#: How many times a worker may be restarted, and an env rebuilt, unless told otherwise.
+DEFAULT_MAX_RESTARTS = 100
 #: The environment variable that sets the default `transport`.
 TRANSPORT_VARIABLE = "RAY_MULTIPROCESS_ENV_TRANSPORT"
 #: Seconds a restart or a `close` may take when `timeout` is None.
@@ -58,6 +64,10 @@ class Options:
         check_actions: Whether actions are checked against the action space on the driver.
         actor_options: ``ray.remote`` options of every worker.
         placement: Where the workers run (see `plan_placement`).
+        on_env_error: ``"raise"`` or ``"restart"`` (an env that raises is rebuilt in its
+            worker and its episode reported as truncated).
+        max_restarts: How many times each worker may be restarted and each env rebuilt
+            (None: no limit); one more is an error.
     """
 
     timeout: float | None = None
@@ -69,6 +79,8 @@ class Options:
         default_factory=lambda: MappingProxyType({})
     )
     placement: Any = None
+    on_env_error: str = "raise"
+    max_restarts: int | None = DEFAULT_MAX_RESTARTS
 
     @classmethod
     def make(
@@ -81,6 +93,8 @@ class Options:
         check_actions: Any = False,
         actor_options: Any = None,
         placement: Any = None,
+        on_env_error: Any = "raise",
+        max_restarts: Any = DEFAULT_MAX_RESTARTS,
     ) -> Options:
         """Validate every option; a `TypeError`/`ValueError` names the first bad one."""
         if actor_options is not None and not isinstance(actor_options, Mapping):
@@ -92,6 +106,15 @@ class Options:
             raise ValueError(
                 f"`on_actor_failure` must be 'raise' or 'restart', got {on_actor_failure!r}."
             )
+        if on_env_error not in FAILURE_POLICIES:
+            raise ValueError(f"`on_env_error` must be 'raise' or 'restart', got {on_env_error!r}.")
+        if max_restarts is not None:
+            if isinstance(max_restarts, bool) or not isinstance(max_restarts, numbers.Integral):
+                raise TypeError(f"`max_restarts` must be an int or None, got {max_restarts!r}.")
+            if max_restarts < 0:
+                raise ValueError(
+                    f"`max_restarts` must be 0 or more (or None: no limit), got {max_restarts!r}."
+                )
         if not isinstance(check_actions, bool):
             raise TypeError(f"`check_actions` must be True or False, got {check_actions!r}.")
         return cls(
@@ -102,6 +125,8 @@ class Options:
             check_actions=check_actions,
             actor_options=MappingProxyType(dict(actor_options or {})),
             placement=placement,
+            on_env_error=on_env_error,
+            max_restarts=None if max_restarts is None else int(max_restarts),
         )
 
     @property
@@ -132,16 +157,16 @@ def check_worker_options(actor_options: Mapping[str, Any]) -> None:
 
 
 def check_timeout(timeout: Any) -> float | None:
-    """`timeout` as float seconds or None; a TypeError/ValueError naming it otherwise."""
+    """`timeout` as float seconds or None (infinity too); a TypeError/ValueError otherwise."""
     if timeout is None:
         return None
     if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
         raise TypeError(f"`timeout` must be a number of seconds or None, got {timeout!r}.")
-    if timeout <= 0:
+    if math.isnan(timeout) or timeout <= 0:
         raise ValueError(
             f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
         )
-    return float(timeout)
+    return None if math.isinf(timeout) else float(timeout)
 
 
 def check_transport(transport: Any) -> str:
@@ -238,10 +263,37 @@ def check_env_ids(env_ids: Any, num_envs: int, argument: str = "env_ids") -> lis
     return [int(env) for env in ids]
 
 
+def check_base_seed(seed: Any, argument: str = "seed") -> int | None:
+    """A constructor's `seed`: None, an int or a `SeedSequence`; the int it stands for."""
+    if seed is None:
+        return None
+    if isinstance(seed, np.random.SeedSequence):
+        return int(check_seed_list(seed, 1)[0] or 0)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(
+            f"`{argument}` must be an int or None (or a `numpy.random.SeedSequence`), got {seed!r}."
+        )
+    return int(seed)
+
+
 def check_seed_list(seed: Any, num_envs: int, argument: str = "seed") -> list[int | None]:
-    """None, an int (env ``i`` gets ``seed + i``) or one seed per env, as one entry per env."""
+    """One seed (or None) per env from None, an int, a `SeedSequence` or one seed per env.
+
+    An int gives env ``i`` the seed ``seed + i`` (gymnasium's convention); a
+    `numpy.random.SeedSequence` gives env ``i`` ``int(seq.spawn(num_envs)[i].generate_state(1)[0])``
+    (independent streams: two base seeds share no env seed), computed on a copy, so the same
+    sequence gives the same seeds each time.
+    """
     if seed is None:
         return [None] * num_envs
+    if isinstance(seed, np.random.SeedSequence):
+        copy = np.random.SeedSequence(
+            seed.entropy,
+            spawn_key=seed.spawn_key,
+            pool_size=seed.pool_size,
+            n_children_spawned=seed.n_children_spawned,
+        )
+        return [int(child.generate_state(1)[0]) for child in copy.spawn(num_envs)]
     if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
         return [int(seed) + i for i in range(num_envs)]
     if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
@@ -259,5 +311,6 @@ def check_seed_list(seed: Any, num_envs: int, argument: str = "seed") -> list[in
             out.append(None if item is None else int(item))
         return out
     raise TypeError(
-        f"`{argument}` must be None, an int or a list with one seed per env, got {seed!r}."
+        f"`{argument}` must be None, an int or a list with one seed per env (or a "
+        f"`numpy.random.SeedSequence`), got {seed!r}."
     )

@@ -87,6 +87,7 @@ class Pool:
         self._env_fns = list(env_fns) if env_fns is not None else None
         self.num_envs = workers[-1].envs.stop if workers else len(env_fns or ())
         self.seeds = SeedBook(self.num_envs)
+        self._restarts: dict[int, int] = {}  # how many times each worker was restarted
         self.unstarted: set[int] = set()  # workers not known to be up (the user's actors)
         self.shared: SharedBatch | None = None  # the batch in shared memory, once made
         self.columns: list[dict[str, Any]] = []  # the info columns in shared memory
@@ -130,16 +131,30 @@ class Pool:
         """Whether lost workers are restarted (``on_actor_failure="restart"`` with factories)."""
         return self.options.on_actor_failure == "restart" and self._env_fns is not None
 
-    def restart(self, index: int, generation: int, label: str, why: str) -> None:
+    def restart(
+        self, index: int, generation: int, label: str, why: str, cause: BaseException | None
+    ) -> None:
         """Replace worker `index` (if still in `generation`) by a new one, its envs reset.
 
         Raises:
-            EnvCrashedError: If the new worker cannot be started (placed) within the options'
-                restart bound; it names the envs and the placement.
+            EnvCrashedError: If the worker was restarted `max_restarts` times already (chained
+                to `cause`, its last failure), or if the new worker cannot be started (placed)
+                within the options' restart bound (it names the envs and the placement).
         """
         worker = self.workers[index]
         if worker.generation != generation or self._env_fns is None:
             return  # another call already restarted it
+        restarts = self._restarts.get(index, 0)
+        limit = self.options.max_restarts
+        if limit is not None and restarts >= limit:
+            envs = list(worker.envs)
+            budget = RuntimeError(
+                f"the worker of env(s) {envs} {why} after {restarts} restart(s), "
+                f"the most `max_restarts={limit}` allows"
+            )
+            budget.__cause__ = cause
+            raise EnvCrashedError(worker.envs.start, label, budget, env_indices=envs) from budget
+        self._restarts[index] = restarts + 1
         logger.warning(
             "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
         )

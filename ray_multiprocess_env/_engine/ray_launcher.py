@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +31,9 @@ from ray_multiprocess_env.runtime import ensure_runtime
 from ray_multiprocess_env.worker import EnvWorker
 
 __all__ = ["ActorLauncher", "RayLauncher"]
+
+#: Seconds a start may ask for resources no node has (with no `timeout`) before it fails.
+_INFEASIBLE_S = 10.0
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +82,28 @@ class RayLauncher:
     def _wait_started(
         self, workers: Sequence[Worker], refs: list[Any], deadline: float | None, label: str
     ) -> list[Any]:
-        """The results of `refs`, the first calls of `workers`, once all started."""
+        """The results of `refs`, the first calls of `workers`, once all started.
+
+        A request of resources no node of the cluster has (``num_gpus=1`` on a machine without
+        a GPU) would wait forever: once it has been so for a while (`_INFEASIBLE_S`, or the
+        start's bound if `timeout` was given, for a cluster that adds nodes), it is an error.
+        """
+        bound = self.options.start_bound
+        grace = _INFEASIBLE_S if bound is None else bound
+        infeasible_since: float | None = None
+        while True:
+            left = remaining(deadline)
+            wait = 1.0 if left is None else min(left, 1.0)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=wait)
+            if len(ready) == len(refs) or any(_failed(ref) for ref in ready):
+                break
+            if left == 0:
+                raise TimeoutError(self._late_start(workers, label))
+            why = self._infeasible(workers, refs, ready)
+            now = time.monotonic()
+            infeasible_since = None if why is None else (infeasible_since or now)
+            if why is not None and infeasible_since is not None and now - infeasible_since >= grace:
+                raise ValueError(f"`{label}`: {why}")
         try:
             return list(ray.get(refs, timeout=remaining(deadline)))
         except GetTimeoutError:
@@ -86,6 +111,35 @@ class RayLauncher:
         except RayError as err:
             failed = next(w for w, r in zip(workers, refs, strict=True) if _failed(r))
             raise EnvCrashedError(failed.envs.start, label, err, env_indices=failed.envs) from err
+
+    def _infeasible(
+        self, workers: Sequence[Worker], refs: list[Any], ready: list[Any]
+    ) -> str | None:
+        """Why the workers not started yet can never be placed, or None if they may be."""
+        waiting = [w for w, ref in zip(workers, refs, strict=True) if ref not in ready]
+        if not waiting or self.plan is None:
+            return None
+        options = self.plan.options(waiting[0].index)
+        if options.get("scheduling_strategy") not in (None, "DEFAULT", "SPREAD"):
+            return None  # a placement group or a node: planned (and bounded) elsewhere
+        asked = {
+            "CPU": float(options.get("num_cpus", 1)),
+            "GPU": float(options.get("num_gpus", 0)),
+            "memory": float(options.get("memory", 0)),
+            **{k: float(v) for k, v in dict(options.get("resources") or {}).items()},
+        }
+        asked = {k: v for k, v in asked.items() if v > 0}
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        if any(all(node.get(k, 0.0) >= v for k, v in asked.items()) for node in nodes):
+            return None
+        envs = [i for worker in waiting for i in worker.envs]
+        have = [{k: v for k, v in node.items() if not k.startswith("node:")} for node in nodes]
+        return (
+            f"the worker(s) of env(s) {envs} ask for {asked} each (`actor_options`), which no "
+            f"node of the cluster has: its nodes have {have}. Ask for less, or add a node that "
+            "has them (on a cluster that adds nodes as needed, give a `timeout` long enough "
+            "for it)."
+        )
 
     def open(
         self,

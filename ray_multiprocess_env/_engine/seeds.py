@@ -10,19 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import numpy as np
+from ray_multiprocess_env.compat import restart_seed
 
 __all__ = ["SeedBook", "restart_seed"]
-
-
-def restart_seed(seed: int | None, restarts: int) -> int | None:
-    """The seed a restarted env is reset with: derived from its last seed and its restart count.
-
-    None (unseeded) if the env was never given a seed; otherwise the same for the same run.
-    """
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, restarts]).generate_state(1)[0])
 
 
 class SeedBook:

@@ -10,7 +10,6 @@ infos. RLlib's new API stack uses it through gymnasium's ``vector_entry_point``
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +19,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
-from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
+from ray_multiprocess_env._engine.options import (
+    DEFAULT_MAX_RESTARTS,
+    check_base_seed,
+    check_env_ids,
+    check_length,
+    check_seed_list,
+)
 from ray_multiprocess_env.batch import check_rows, copy_batch
 from ray_multiprocess_env.errors import RemoteEnvError
 
@@ -47,7 +52,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             ...); see `plan_placement`. A placement group made here is removed by `close`.
         timeout: Seconds to wait for any one call, or None.
         seed: If given, the first `reset` seeds env ``i`` with ``seed + i`` unless it brings
-            seeds of its own (and the batched action space is seeded with ``seed``).
+            seeds of its own (and the batched action space is seeded with ``seed``); a
+            `numpy.random.SeedSequence` gives independent seeds instead (see
+            `make_vector_env`).
         on_actor_failure: ``"raise"`` (default: `EnvCrashedError` naming the lost envs) or
             ``"restart"``: a worker that dies or outlives `timeout` is started again from the
             same factories, and each of its envs reports its lost episode at its next step as
@@ -58,8 +65,16 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             the batched arrays in shared memory; others over Ray), ``"pipe"`` (pipes, no
             shared memory) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
         copy: As gymnasium's `AsyncVectorEnv`: with True (default) `reset` and `step` return
-            observations of their own; with False, when every worker shares memory with the
-            driver, a view of the shared batch that the next `step` or `reset` overwrites.
+            observations of their own; with False, the engine's batch itself (a view of the
+            shared memory on this node), which the next `step` or `reset` overwrites.
+        on_env_error: ``"raise"`` (default: `RemoteEnvError` naming the env) or
+            ``"restart"``: an env whose ``step`` or ``reset`` raises is built again from its
+            factory in its worker (the others go on), its episode reported as truncated at
+            that step with ``infos["env_error"]`` (the error's text), its next observation the
+            new env's first (seeded as a restarted env is).
+        max_restarts: How many times each worker may be restarted and each env rebuilt
+            (default 100; None: no limit). One more raises `EnvCrashedError` (a worker) or
+            `RemoteEnvError` (an env), saying how many restarts were made.
 
     Example:
         >>> import gymnasium as gym
@@ -79,15 +94,16 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         actor_options: Mapping[str, Any] | None = None,
         placement: Any = None,
         timeout: float | None = None,
-        seed: int | None = None,
+        seed: int | np.random.SeedSequence | None = None,
         on_actor_failure: str = "raise",
         check_actions: bool = False,
         transport: str | None = None,
         copy: bool = True,
+        on_env_error: str = "raise",
+        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
     ) -> None:
         super().__init__()
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise TypeError(f"`seed` must be an int or None, got {seed!r}.")
+        action_seed = check_base_seed(seed)
         options = Options.make(
             timeout=timeout,
             on_actor_failure=on_actor_failure,
@@ -96,6 +112,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             check_actions=check_actions,
             actor_options=actor_options,
             placement=placement,
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
         )
         self.autoreset_mode = options.autoreset_mode
         self._check_actions = options.check_actions
@@ -111,19 +129,20 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self.copy = copy
         self._finished = np.zeros(self.num_envs, dtype=np.bool_)
         self._initial_seed = seed
-        if seed is not None:
-            self.action_space.seed(int(seed))
+        if action_seed is not None:
+            self.action_space.seed(action_seed)
 
     def reset(
         self,
         *,
-        seed: int | Sequence[int | None] | None = None,
+        seed: int | np.random.SeedSequence | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs, or those with a True entry in ``options["reset_mask"]``.
 
         Args:
-            seed: None, an int (env ``i`` gets ``seed + i``) or one seed per env.
+            seed: None, an int (env ``i`` gets ``seed + i``), a `numpy.random.SeedSequence`
+                (independent seeds, see `make_vector_env`) or one seed per env.
             options: Passed to each env's reset; ``"reset_mask"`` (a bool array of shape
                 ``(num_envs,)``) picks the envs to reset.
 
@@ -184,7 +203,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         return copy_batch(batch.observations) if self.copy and batch.shared else batch.observations
 
     # -- first-ready stepping (envpool's send/recv) -----------------------------------------
-    def async_reset(self, *, seed: int | Sequence[int | None] | None = None) -> None:
+    def async_reset(
+        self, *, seed: int | np.random.SeedSequence | Sequence[int | None] | None = None
+    ) -> None:
         """Reset every env without waiting; `recv` then returns them as they finish."""
         seeds = self._seeds(seed)
         self._engine.async_reset(seeds)
@@ -271,7 +292,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             engine.close()
 
     # -- helpers ------------------------------------------------------------------------------
-    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+    def _seeds(self, seed: Any) -> list[int | None]:
         """One seed per env; the constructor's `seed` if this is the first reset and has none.
 
         The caller sets ``_initial_seed = None`` once the reset is sent: the constructor's

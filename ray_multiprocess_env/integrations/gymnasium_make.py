@@ -6,8 +6,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from ray_multiprocess_env._engine.options import DEFAULT_MAX_RESTARTS
 from ray_multiprocess_env.env_factories import env_factories, legacy_arguments
 from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
 from ray_multiprocess_env.runtime import ray_cpus
@@ -25,7 +27,7 @@ def make_vector_env(
     envs_per_worker: int | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[Wrapper] | None = None,
-    seed: int | None = None,
+    seed: int | np.random.SeedSequence | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
     placement: Any = None,
@@ -34,6 +36,8 @@ def make_vector_env(
     transport: str | None = None,
     check_actions: bool = False,
     copy: bool = True,
+    on_env_error: str = "raise",
+    max_restarts: int | None = DEFAULT_MAX_RESTARTS,
     make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
 ) -> GymnasiumVectorEnv:
     """Envs in Ray workers as one gymnasium vector env: ``make_vector_env("CartPole-v1", 8)``.
@@ -52,7 +56,9 @@ def make_vector_env(
         wrappers: Callables applied in order to each env inside its worker, as
             ``gymnasium.make_vec`` does (e.g. ``[gymnasium.wrappers.RecordEpisodeStatistics]``).
         seed: If given, env ``i`` is seeded ``seed + i`` at the first `reset` (no two envs
-            share a seed).
+            share a seed); a `numpy.random.SeedSequence` gives env ``i`` the seed
+            ``int(seq.spawn(num_envs)[i].generate_state(1)[0])``: runs with different base
+            seeds then share no env seed (``seed + i`` overlaps between runs).
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
         actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
         placement: As for `GymnasiumVectorEnv`, e.g. ``"SPREAD"`` over a cluster's nodes.
@@ -61,6 +67,8 @@ def make_vector_env(
         transport: ``"auto"``, ``"pipe"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
         check_actions: As for `GymnasiumVectorEnv`.
         copy: As for `GymnasiumVectorEnv` (False: observations are a view of shared memory).
+        on_env_error: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
+        max_restarts: As for `GymnasiumVectorEnv` (default 100; None: no limit).
         *legacy: Only for the old positional form ``make_vector_env(make_env, num_workers,
             envs_per_worker)``, which works with a `DeprecationWarning`.
         make_env: The old name of `env` (deprecated).
@@ -94,6 +102,8 @@ def make_vector_env(
         transport=transport,
         check_actions=check_actions,
         copy=copy,
+        on_env_error=on_env_error,
+        max_restarts=max_restarts,
     )
 
 
@@ -111,7 +121,7 @@ def vector_entry_point(
     num_workers: int | None = None,
     envs_per_worker: int | None = None,
     wrappers: Sequence[Wrapper] | None = None,
-    seed: int | None = None,
+    seed: int | np.random.SeedSequence | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
     actor_options: Mapping[str, Any] | None = None,
     placement: Any = None,
@@ -120,6 +130,8 @@ def vector_entry_point(
     transport: str | None = None,
     check_actions: bool = False,
     copy: bool = True,
+    on_env_error: str = "raise",
+    max_restarts: int | None = DEFAULT_MAX_RESTARTS,
     **make_arguments: Any,
 ) -> GymnasiumVectorEnv:
     """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
@@ -150,6 +162,8 @@ def vector_entry_point(
         transport: As for `GymnasiumVectorEnv`.
         check_actions: As for `GymnasiumVectorEnv`.
         copy: As for `GymnasiumVectorEnv`.
+        on_env_error: As for `GymnasiumVectorEnv`.
+        max_restarts: As for `GymnasiumVectorEnv`.
         **make_arguments: Only ``gymnasium.make``'s own ``max_episode_steps``, ``render_mode``
             and ``disable_env_checker`` (``gymnasium.make_vec`` passes them at the top level).
 
@@ -183,4 +197,6 @@ def vector_entry_point(
         transport=transport,
         check_actions=check_actions,
         copy=copy,
+        on_env_error=on_env_error,
+        max_restarts=max_restarts,
     )

@@ -21,6 +21,11 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
 from ray_multiprocess_env._engine import Engine, Options
+from ray_multiprocess_env._engine.options import (
+    DEFAULT_MAX_RESTARTS,
+    check_base_seed,
+    check_seed_list,
+)
 from ray_multiprocess_env.batch import check_rows, copy_batch, stack
 from ray_multiprocess_env.env_factories import check_wrappers, env_factories, legacy_arguments
 from ray_multiprocess_env.runtime import ray_cpus
@@ -48,7 +53,12 @@ class SB3VecEnv(VecEnv):
         transport: ``"auto"`` (named pipes and shared memory to workers on the driver's
             node), ``"pipe"`` or ``"ray"``; see `RayVectorEnv.from_env_fns`.
         seed: If given, as `seed` called right after construction (env ``i`` gets
-            ``seed + i`` at the first reset).
+            ``seed + i`` at the first reset; a `numpy.random.SeedSequence`, independent
+            seeds as for `make_vector_env`).
+        on_env_error: ``"raise"`` or ``"restart"`` (an env that raises is built again in
+            its worker; its episode ends as truncated with ``env_error`` in its info).
+        max_restarts: How many times each worker may be restarted and each env rebuilt
+            (default 100; None: no limit).
 
     Example:
         >>> import gymnasium as gym
@@ -70,8 +80,11 @@ class SB3VecEnv(VecEnv):
         timeout: float | None = None,
         on_actor_failure: str = "raise",
         transport: str | None = None,
-        seed: int | None = None,
+        seed: int | np.random.SeedSequence | None = None,
+        on_env_error: str = "raise",
+        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
     ) -> None:
+        check_base_seed(seed)
         options = Options.make(
             timeout=timeout,
             on_actor_failure=on_actor_failure,
@@ -79,6 +92,8 @@ class SB3VecEnv(VecEnv):
             autoreset_mode=AutoresetMode.SAME_STEP,
             actor_options=actor_options,
             placement=placement,
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
         )
         self._engine = Engine.start(
             env_fns, envs_per_worker, options, name=type(self).__name__, info_layout="per_env"
@@ -88,6 +103,16 @@ class SB3VecEnv(VecEnv):
         self.metadata = spec.metadata
         if seed is not None:
             self.seed(seed)
+
+    def seed(self, seed: int | np.random.SeedSequence | None = None) -> Sequence[int | None]:
+        """Seed every env at its next reset: ``seed + i``, or a `SeedSequence`'s own seeds.
+
+        A `numpy.random.SeedSequence` gives independent seeds, as for `make_vector_env`.
+        """
+        if isinstance(seed, np.random.SeedSequence):
+            self._seeds = check_seed_list(seed, self.num_envs)
+            return self._seeds
+        return super().seed(seed)
 
     def reset(self) -> Any:
         """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
@@ -232,13 +257,15 @@ def make_sb3_vec_env(
     env_kwargs: Mapping[str, Any] | None = None,
     wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
     monitor: bool = False,
-    seed: int | None = None,
+    seed: int | np.random.SeedSequence | None = None,
     actor_options: Mapping[str, Any] | None = None,
     placement: Any = None,
     timeout: float | None = None,
     on_actor_failure: str = "raise",
     transport: str | None = None,
     make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
+    on_env_error: str = "raise",
+    max_restarts: int | None = DEFAULT_MAX_RESTARTS,
 ) -> SB3VecEnv:
     """Envs in Ray workers as one SB3 `VecEnv`: ``make_sb3_vec_env("CartPole-v1", 8)``.
 
@@ -246,8 +273,9 @@ def make_sb3_vec_env(
     as for `make_vector_env`; with `monitor`, each env is wrapped in SB3's ``Monitor`` first,
     as SB3's ``make_vec_env`` does (so ``ep_rew_mean`` is logged and ``evaluate_policy``
     finds the episode statistics). With `seed`, env ``i`` is seeded ``seed + i`` at the first
-    reset. `actor_options`, `placement`, `timeout`, `on_actor_failure` and `transport` are as
-    for `SB3VecEnv`.
+    reset (a `numpy.random.SeedSequence`: independent seeds). `actor_options`, `placement`,
+    `timeout`, `on_actor_failure`, `transport`, `on_env_error` and `max_restarts` are as for
+    `SB3VecEnv`.
     """
     env, num_envs, num_workers, envs_per_worker = legacy_arguments(
         "make_sb3_vec_env", env, num_envs, legacy, num_workers, envs_per_worker, make_env
@@ -268,4 +296,6 @@ def make_sb3_vec_env(
         on_actor_failure=on_actor_failure,
         transport=transport,
         seed=seed,
+        on_env_error=on_env_error,
+        max_restarts=max_restarts,
     )

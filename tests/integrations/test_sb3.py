@@ -259,13 +259,15 @@ def test_sb3_make_vec_env_builds_an_sb3_vec_env():
 
 
 def test_make_sb3_vec_env_takes_every_engine_option():
-    """timeout, on_actor_failure, transport, actor_options and placement reach the engine."""
+    """Every engine option (faults too) reaches the engine from the SB3 entry point."""
     envs = make_sb3_vec_env(
         FlakyEnv,
         num_workers=2,
         envs_per_worker=1,
         timeout=30.0,
         on_actor_failure="restart",
+        on_env_error="restart",
+        max_restarts=None,
         transport="pipe",
         actor_options={"num_cpus": 0.5},
         placement=None,
@@ -276,5 +278,6 @@ def test_make_sb3_vec_env_takes_every_engine_option():
         "restart",
         "pipe",
     )
+    assert (options.on_env_error, options.max_restarts) == ("restart", None)
     assert dict(options.actor_options) == {"num_cpus": 0.5}
     envs.close()

@@ -103,9 +103,15 @@ class Transport(Protocol):
         """Release the connection; tickets still waiting settle as lost with the worker."""
 
 
+#: The longest one wait blocks (``poll`` takes at most 2**31 ms); the waits loop until done.
+_LONGEST_WAIT_S = 86_400.0
+
+
 def remaining(deadline: float | None) -> float | None:
-    """Seconds left until `deadline` (never negative), or None for no deadline."""
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
+    """Seconds left until `deadline` (never negative, at most a day), or None for no deadline."""
+    if deadline is None:
+        return None
+    return min(max(0.0, deadline - time.monotonic()), _LONGEST_WAIT_S)
 
 
 def deadline_in(seconds: float | None) -> float | None:
