@@ -21,7 +21,7 @@ from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env._protocol.shared_layout import write_actions
 from ray_multiprocess_env.batch import copy_batch
-from tests.envs import NestedSpacesEnv
+from tests.envs_spaces import NestedSpacesEnv
 from tests.helpers import (
     assert_killed,
     memory_files,

@@ -16,7 +16,8 @@ from ray_multiprocess_env import (
     RemoteEnvError,
     make_vector_env,
 )
-from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, GraphActionEnv, NamedCallEnv
+from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, NamedCallEnv
+from tests.envs_spaces import GraphActionEnv
 from tests.helpers import assert_same
 
 NUM_ENVS = 5  # workers of 2, 2 and 1 envs

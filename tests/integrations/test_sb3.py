@@ -11,14 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.envs import (
-    DictObsEnv,
-    FlakyEnv,
-    NamedCallEnv,
-    RenderingFlakyEnv,
-    TupleObsDictActionEnv,
-    UnsortedDictObsEnv,
-)
+from tests.envs import DictObsEnv, FlakyEnv, NamedCallEnv, RenderingFlakyEnv
+from tests.envs_spaces import TupleObsDictActionEnv, UnsortedDictObsEnv
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
