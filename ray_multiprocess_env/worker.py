@@ -193,6 +193,8 @@ class EnvWorker:
                 continue
             if method == "reset":
                 self._batch.lost[k] = None
+            elif method == "seed":
+                self._batch.note_seed(k, args[0] if args else kwargs.get("seed"))
         if failures:
             raise _EnvFailures(method, failures)
         return results

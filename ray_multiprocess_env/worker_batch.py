@@ -51,6 +51,14 @@ class Rebuild:
         self.counts = [0] * len(self.env_fns)
 
 
+class _NotRebuilt(Exception):
+    """An env's autoreset raised and it could not be rebuilt: `reported` says why."""
+
+    def __init__(self, reported: Exception) -> None:
+        super().__init__(str(reported))
+        self.reported = reported
+
+
 class WorkerBatch:
     """Resets and steps `envs` (global indices `env_indices`) into `rows` (module docstring)."""
 
@@ -84,6 +92,11 @@ class WorkerBatch:
             if self._rebuild is not None and seeds[k] is not None:
                 self._rebuild.seeds[k] = seeds[k]
 
+    def note_seed(self, k: int, seed: Any) -> None:
+        """Env `k` was seeded with `seed` by its own ``seed`` method (old gym): rebuilds use it."""
+        if self._rebuild is not None and isinstance(seed, int) and not isinstance(seed, bool):
+            self._rebuild.seeds[k] = seed
+
     def reset(
         self,
         seeds: Sequence[int | None],
@@ -107,9 +120,9 @@ class WorkerBatch:
             try:
                 obs, info, old = reset_env(self.envs[k], seeds[k], env_options)
             except Exception as err:
-                rebuilt = self._rebuilt(k, err)
+                rebuilt, reported = self._rebuilt(k, err, seeds[k], env_options)
                 if rebuilt is None:
-                    failures.append(self.failure(k, err))
+                    failures.append(self.failure(k, reported))
                     continue
                 obs, info, old = rebuilt
             old_api |= old
@@ -132,11 +145,14 @@ class WorkerBatch:
         for k, action in zip(ks, unstack(self._action_batch(count), actions), strict=True):
             try:
                 old_api |= self._step_one(k, action)
+            except _NotRebuilt as err:  # its autoreset raised and it could not be rebuilt
+                rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
+                failures.append(self.failure(k, err.reported))
             except Exception as err:
                 rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
-                rebuilt = self._rebuilt(k, err)
+                rebuilt, reported = self._rebuilt(k, err)
                 if rebuilt is None:
-                    failures.append(self.failure(k, err))
+                    failures.append(self.failure(k, reported))
                     continue
                 self.lost[k] = rebuilt  # reported now, as an episode lost with its worker
                 old_api |= self._report_lost(k, {"env_error": rebuilt[1].pop("env_error")})
@@ -148,7 +164,7 @@ class WorkerBatch:
             return self._report_lost(k)
         env, rows = self.envs[k], self.rows
         if self._next_step and self._autoreset[k]:
-            obs, info, old_api = reset_env(env)
+            obs, info, old_api = self._autoreset_env(k)
             rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
             self._autoreset[k] = False
         else:
@@ -161,7 +177,7 @@ class WorkerBatch:
             self._autoreset[k] = bool(terminated or truncated)
             if self._same_step and self._autoreset[k]:
                 self._add_info(k, {"final_obs": obs, "final_info": info})
-                obs, info, _ = reset_env(env)
+                obs, info, _ = self._autoreset_env(k)
         rows.write_obs(k, obs)
         self._add_info(k, info)
         return old_api
@@ -187,29 +203,60 @@ class WorkerBatch:
             self._add_info(k, {**reset_info, **why})
         return bool(old_api)
 
-    def _rebuilt(self, k: int, err: Exception) -> tuple[Any, dict[str, Any], bool] | None:
+    def _autoreset_env(self, k: int) -> tuple[Any, dict[str, Any], bool]:
+        """Reset env `k` after its episode ended; rebuilt (not raised) if that reset raises.
+
+        The episode's end was already reported, so a rebuilt env only starts the next one
+        (with ``info["env_error"]``). Raises `_NotRebuilt` if it cannot be rebuilt.
+        """
+        try:
+            return reset_env(self.envs[k])
+        except Exception as err:
+            rebuilt, reported = self._rebuilt(k, err)
+            if rebuilt is None:
+                raise _NotRebuilt(reported) from err
+            return rebuilt
+
+    def _rebuilt(
+        self, k: int, err: Exception, seed: int | None = None, options: Any = None
+    ) -> tuple[tuple[Any, dict[str, Any], bool] | None, Exception]:
         """Env `k` built again and reset after it raised `err`, if policy and budget allow.
 
-        Returns ``(obs, info with "env_error", old_api)``, or None: its error is raised.
+        Returns ``((obs, info with "env_error", old_api), err)``, or ``(None, the error to
+        report)``: `err` itself without ``on_env_error="restart"``, else an error that says
+        the budget is spent or the rebuild failed, chained to `err`. The new env is reset with
+        `seed` and `options` (a reset that raised), or with a seed derived from its last.
         """
         rebuild = self._rebuild
         if rebuild is None:
-            return None
-        if rebuild.max_restarts is not None and rebuild.counts[k] >= rebuild.max_restarts:
-            err.args = (
-                f"{err} (env {self.env_indices[k]} was rebuilt {rebuild.counts[k]} times "
-                f"already: `max_restarts={rebuild.max_restarts}`)",
+            return None, err
+        index, done = self.env_indices[k], rebuild.counts[k]
+        if rebuild.max_restarts is not None and done >= rebuild.max_restarts:
+            budget = RuntimeError(
+                f"env {index} raised {type(err).__name__}: {err}, and was rebuilt {done} times "
+                f"already: `max_restarts={rebuild.max_restarts}` allows no more (raise it, or "
+                "pass None for no limit)"
             )
-            return None
+            budget.__cause__ = err
+            return None, budget
         with contextlib.suppress(Exception):
             self.envs[k].close()
         rebuild.counts[k] += 1
-        self.envs[k] = rebuild.env_fns[k]()
-        seed = restart_seed(rebuild.seeds[k], rebuild.counts[k], rebuilt=True)
-        obs, info, old_api = reset_env(self.envs[k], seed)
+        if seed is None:
+            seed = restart_seed(rebuild.seeds[k], rebuild.counts[k], rebuilt=True)
+        try:
+            self.envs[k] = rebuild.env_fns[k]()
+            obs, info, old_api = reset_env(self.envs[k], seed, options)
+        except Exception as failed:
+            why = RuntimeError(
+                f"env {index} raised {type(err).__name__}: {err}, and rebuilding it from its "
+                f"factory failed: {type(failed).__name__}: {failed}; reset it to try again"
+            )
+            why.__cause__ = failed
+            return None, why
         self._autoreset[k] = False
         self.rows.write_obs(k, obs)
-        return obs, {**info, "env_error": f"{type(err).__name__}: {err}"}, old_api
+        return (obs, {**info, "env_error": f"{type(err).__name__}: {err}"}, old_api), err
 
     def _action_batch(self, count: int) -> Any:
         batched = self._action_batches.get(count)

@@ -295,20 +295,26 @@ class InPlaceEnv(FlakyEnv):
 class RaisingEnv(gym.Env[np.ndarray, int]):
     """Counts; raises ValueError on every `raise_every`-th step it takes (0: never).
 
-    Seeded resets start the count at a seeded value; episodes are truncated after 20 steps.
+    Seeded resets start the count at a seeded value (or at ``options["start"]``); episodes are
+    truncated after 20 steps. With `raise_on_reset` = n, its n-th reset raises.
     """
 
     observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float64)
     action_space = gym.spaces.Discrete(3)
 
-    def __init__(self, raise_every: int = 0) -> None:
-        self.raise_every = raise_every
-        self.taken = 0
+    def __init__(self, raise_every: int = 0, raise_on_reset: int = 0) -> None:
+        self.raise_every, self.raise_on_reset = raise_every, raise_on_reset
+        self.taken = self.resets = 0
         self.count = self.t = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        self.resets += 1
+        if self.resets == self.raise_on_reset:
+            raise ValueError(f"boom at reset {self.resets}")
         self.count, self.t = int(self.np_random.integers(100)), 0
+        if options and "start" in options:
+            self.count = int(options["start"])
         return np.array([self.count, self.t], dtype=np.float64), {"start": self.count}
 
     def step(self, action: int):
@@ -319,6 +325,17 @@ class RaisingEnv(gym.Env[np.ndarray, int]):
         self.t += 1
         obs = np.array([self.count, self.t], dtype=np.float64)
         return obs, float(action), False, self.t >= 20, {"count": self.count}
+
+
+_BUILT: list[int] = []
+
+
+def raising_env_built_once() -> RaisingEnv:
+    """A RaisingEnv(2) the first time in a process; OSError after (a rebuild that fails)."""
+    _BUILT.append(1)
+    if len(_BUILT) > 1:
+        raise OSError("simulator unreachable")
+    return RaisingEnv(2)
 
 
 class DyingEnv(FlakyEnv):

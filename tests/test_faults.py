@@ -25,7 +25,7 @@ from ray_multiprocess_env import (
     make_sb3_vec_env,
     make_vector_env,
 )
-from tests.envs import DyingEnv, FlakyEnv, InPlaceEnv, RaisingEnv
+from tests.envs import DyingEnv, FlakyEnv, InPlaceEnv, RaisingEnv, raising_env_built_once
 from tests.helpers import assert_killed, memory_files, worker_pids
 
 TRANSPORTS = ["auto", "pipe", "ray"]
@@ -95,19 +95,29 @@ def test_an_infinite_or_huge_timeout_is_accepted(timeout, transport):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("asked", [{"num_gpus": 1}, {"num_cpus": 3}])
-def test_resources_no_node_has_fail_the_constructor_in_bounded_time(asked):
-    """Defect 5: workers that can never be placed fail within seconds, naming what is missing."""
+@pytest.mark.parametrize(
+    ("asked", "timeout"), [({"num_gpus": 1}, None), ({"num_cpus": 3}, None), ({"num_gpus": 1}, 1)]
+)
+def test_resources_no_node_has_fail_the_constructor_in_bounded_time(asked, timeout):
+    """Defect 5: workers that can never be placed fail in bounded time, naming what is missing.
+
+    Without a timeout within seconds; with one, at the start's deadline (a cluster may add
+    nodes until then), with the same ValueError rather than a bare TimeoutError.
+    """
     start = time.monotonic()
     with pytest.raises(ValueError, match=r"ask for \{.*\} each .*which no node of the cluster has"):
-        GymnasiumVectorEnv([FlakyEnv], actor_options=asked)
+        GymnasiumVectorEnv([FlakyEnv], actor_options=asked, timeout=timeout)
     assert time.monotonic() - start < 60
 
 
 def test_independent_seeds_from_a_seed_sequence_equal_the_formula():
     """A SeedSequence gives env i int(seq.spawn(n)[i].generate_state(1)[0]), every entry point."""
     n = 4
-    expected = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(7).spawn(n)]
+
+    def expected_of(seq):
+        return [int(child.generate_state(1)[0]) for child in seq.spawn(n)]
+
+    expected = expected_of(np.random.SeedSequence(7))
     reference = gym.vector.SyncVectorEnv([FlakyEnv] * n)
     want = _counts(reference.reset(seed=expected)[0])
     seq = np.random.SeedSequence(7)
@@ -120,8 +130,10 @@ def test_independent_seeds_from_a_seed_sequence_equal_the_formula():
     assert sb3.reset()[:, 0].tolist() == want
     sb3.close()
     other = np.random.SeedSequence(8)
-    mine = [int(s.generate_state(1)[0]) for s in other.spawn(n)]
-    assert not set(mine) & set(expected)
+    with contextlib.closing(make_vector_env(FlakyEnv, n, num_workers=2, seed=other)) as envs:
+        envs.reset()
+        assert envs.np_random_seed == tuple(expected_of(other))
+        assert not set(envs.np_random_seed) & set(expected)  # another base: no seed shared
 
 
 @pytest.mark.slow
@@ -219,6 +231,70 @@ def test_an_env_that_keeps_raising_stops_at_the_budget():
             assert envs.step(np.ones(1, dtype=np.int64))[3].tolist() == [True]
         with pytest.raises(RemoteEnvError, match=r"rebuilt 3 times already: `max_restarts=3`"):
             envs.step(np.ones(1, dtype=np.int64))
+
+
+def test_a_rebuild_that_fails_is_named_and_the_others_keep_their_step():
+    """The factory fails when env 1 is rebuilt: a RemoteEnvError saying so; env 0 stepped."""
+    envs = GymnasiumVectorEnv(
+        [RaisingEnv, raising_env_built_once], envs_per_worker=2, on_env_error="restart"
+    )
+    reference = gym.vector.SyncVectorEnv([RaisingEnv])
+    actions = np.array([1, 2])
+    with contextlib.closing(envs):
+        np.testing.assert_array_equal(envs.reset(seed=0)[0][:1], reference.reset(seed=0)[0])
+        envs.step(actions)
+        reference.step(actions[:1])
+        failed = r"env 1 failed in `step`.*rebuilding it from its factory"
+        with pytest.raises(RemoteEnvError, match=failed):
+            envs.step(actions)  # env 1 raises; its factory raises OSError
+        reference.step(actions[:1])  # env 0 stepped in that call all the same
+        obs = envs.step(actions)[0]
+        np.testing.assert_array_equal(obs[:1], reference.step(actions[:1])[0])
+
+
+@pytest.mark.parametrize("mode", ["same_step", "next_step"])
+def test_an_autoreset_that_raises_keeps_the_episode_that_ended(mode):
+    """The reset after a truncation raises: the truncation step is kept as it was.
+
+    The rebuilt env's first observation starts the next episode (no extra episode).
+    """
+    envs = GymnasiumVectorEnv(
+        [functools.partial(RaisingEnv, 0, 2)],
+        on_env_error="restart",
+        autoreset_mode=mode,
+    )
+    one = np.ones(1, dtype=np.int64)
+    with contextlib.closing(envs):
+        start = envs.reset(seed=0)[0][0, 0]
+        for _ in range(19):
+            envs.step(one)
+        obs, rewards, terms, truncs, infos = envs.step(one)  # the 20th step: truncated
+        assert (rewards[0], terms[0], truncs[0]) == (1.0, False, True)
+        if mode == "same_step":
+            assert infos["final_obs"][0].tolist() == [start + 20, 20]
+            assert obs[0, 1] == 0
+            assert "boom at reset 2" in infos["env_error"][0]
+        else:
+            assert obs[0].tolist() == [start + 20, 20]
+            obs, rewards, terms, truncs, infos = envs.step(one)  # the autoreset step
+            assert obs[0, 1] == 0
+            assert "boom at reset 2" in infos["env_error"][0]
+            assert (rewards[0], terms[0], truncs[0]) == (0.0, False, False)
+        assert envs.step(one)[0][0, 1] == 1  # the next episode goes on
+
+
+def test_a_reset_that_raises_rebuilds_with_its_seed_and_options():
+    """reset(seed, options) raises: the rebuilt env is reset with that seed and those options."""
+    envs = GymnasiumVectorEnv(
+        [functools.partial(RaisingEnv, 0, 2)] * 2, envs_per_worker=2, on_env_error="restart"
+    )
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        obs, infos = envs.reset(seed=5, options={"start": 50})
+        assert obs[:, 0].tolist() == [50, 50]
+        assert infos["_env_error"].tolist() == [True, True]
+        assert envs.np_random_seed == (5, 6)
+        assert envs.reset(seed=5)[0][1].tolist() == RaisingEnv().reset(seed=6)[0].tolist()
 
 
 @pytest.mark.parametrize(

@@ -150,7 +150,7 @@ class Pool:
             envs = list(worker.envs)
             budget = RuntimeError(
                 f"the worker of env(s) {envs} {why} after {restarts} restart(s), "
-                f"the most `max_restarts={limit}` allows"
+                f"the most `max_restarts={limit}` allows (raise it, or pass None for no limit)"
             )
             budget.__cause__ = cause
             raise EnvCrashedError(worker.envs.start, label, budget, env_indices=envs) from budget
@@ -167,7 +167,7 @@ class Pool:
         try:
             self.launcher.connect([worker], deadline, label)
             self.launcher.open([worker], self.shared, self.columns, deadline)
-        except (TimeoutError, EnvCrashedError) as err:
+        except (TimeoutError, ValueError, EnvCrashedError) as err:  # (ValueError: no node fits)
             self.launcher.kill(worker)
             raise EnvCrashedError(worker.envs.start, label, err, env_indices=worker.envs) from err
 

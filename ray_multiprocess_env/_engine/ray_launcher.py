@@ -85,11 +85,11 @@ class RayLauncher:
         """The results of `refs`, the first calls of `workers`, once all started.
 
         A request of resources no node of the cluster has (``num_gpus=1`` on a machine without
-        a GPU) would wait forever: once it has been so for a while (`_INFEASIBLE_S`, or the
-        start's bound if `timeout` was given, for a cluster that adds nodes), it is an error.
+        a GPU) is a `ValueError` naming them: at the deadline (a cluster may add nodes until
+        then), or, for a start without a deadline (``timeout=None``), once it has been so for
+        `_INFEASIBLE_S`, where it would otherwise wait forever.
         """
-        bound = self.options.start_bound
-        grace = _INFEASIBLE_S if bound is None else bound
+        early = _INFEASIBLE_S if deadline is None and label == "start" else None
         infeasible_since: float | None = None
         while True:
             left = remaining(deadline)
@@ -98,11 +98,16 @@ class RayLauncher:
             if len(ready) == len(refs) or any(_failed(ref) for ref in ready):
                 break
             if left == 0:
+                why = self._infeasible(workers, refs, ready)
+                if why is not None:
+                    raise ValueError(f"`{label}`: {why}")
                 raise TimeoutError(self._late_start(workers, label))
+            if early is None:
+                continue
             why = self._infeasible(workers, refs, ready)
             now = time.monotonic()
             infeasible_since = None if why is None else (infeasible_since or now)
-            if why is not None and infeasible_since is not None and now - infeasible_since >= grace:
+            if why is not None and infeasible_since is not None and now - infeasible_since >= early:
                 raise ValueError(f"`{label}`: {why}")
         try:
             return list(ray.get(refs, timeout=remaining(deadline)))

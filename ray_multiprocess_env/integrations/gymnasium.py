@@ -128,7 +128,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self.render_mode = spec.render_mode
         self.copy = copy
         self._finished = np.zeros(self.num_envs, dtype=np.bool_)
-        self._initial_seed = seed
+        # (a SeedSequence is read now: spawning from it later must not change these seeds)
+        self._initial_seed = None if seed is None else check_seed_list(seed, self.num_envs)
         if action_seed is not None:
             self.action_space.seed(action_seed)
 
