@@ -58,3 +58,13 @@ def test_rllib_ppo_trains_on_our_vector_env_in_two_remote_env_runners(ray_addres
     assert len(returns) == 3, result.stdout + result.stderr
     assert result.returncode == 0, result.stdout + result.stderr
     assert returns[-1] > returns[0]
+
+
+def test_torchrl_ppo_learns_cartpole(ray_address):
+    """TorchRL's PPO over `GymWrapper(make_vector_env(...))` beats a random policy (about 22)."""
+    pytest.importorskip("torchrl")
+    result = _run("torchrl_ppo_cartpole.py", ["--frames", "16384"], ray_address)
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.search(r"final mean return of the last \d+ episodes: ([\d.]+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    assert float(match.group(1)) > 60
