@@ -26,12 +26,12 @@ from tests.helpers import assert_same
 
 def _engine(env_fns, per_worker=2, info_layout="batched", **options):
     """An engine over in-process workers."""
-    args = {"autoreset_mode": Options.make(**options).autoreset_mode.value}
-    launcher = InProcessLauncher({**args, "info_layout": info_layout})
+    made = Options.make(**options)
+    launcher = InProcessLauncher(made.worker_args(info_layout))
     return Engine.start(
         env_fns,
         per_worker,
-        Options.make(**options),
+        made,
         name="TestVec",
         info_layout=info_layout,
         launcher=launcher,

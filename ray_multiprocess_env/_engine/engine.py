@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import ray
-from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env._engine.call_state import Call, CallState
 from ray_multiprocess_env._engine.calls import (
@@ -126,14 +125,7 @@ class Engine(FirstReadyVerbs):
             plan = plan_placement(
                 options.placement, count, options.actor_options, timeout=options.timeout
             )
-            mode = options.autoreset_mode if autoreset else AutoresetMode.DISABLED
-            worker_args = {
-                "autoreset_mode": mode.value,
-                "info_layout": info_layout,
-                "on_env_error": options.on_env_error,
-                "max_restarts": options.max_restarts,
-            }
-            launcher = RayLauncher(options, plan, worker_args)
+            launcher = RayLauncher(options, plan, options.worker_args(info_layout, autoreset))
         pool = Pool.start(factories, per_worker, options, launcher)
         return cls(pool, name=name, info_layout=info_layout, uniform=uniform)
 

@@ -129,6 +129,19 @@ class Options:
             max_restarts=None if max_restarts is None else int(max_restarts),
         )
 
+    def worker_args(self, info_layout: str, autoreset: bool = True) -> dict[str, Any]:
+        """The keyword arguments every `EnvWorker` of these options is built with.
+
+        `autoreset` False: the workers never reset an env by themselves (pfrl's way).
+        """
+        mode = self.autoreset_mode if autoreset else AutoresetMode.DISABLED
+        return {
+            "autoreset_mode": mode.value,
+            "info_layout": info_layout,
+            "on_env_error": self.on_env_error,
+            "max_restarts": self.max_restarts,
+        }
+
     @property
     def bound(self) -> float:
         """Seconds a restart or a `close` may take: `timeout`, or 60 s if it is None."""
