@@ -1,14 +1,16 @@
 """How each implementation is measured: the same envs, the same pre-drawn actions, env steps/s.
 
 The machine's limit (P raw single-env loops at once, one process each), gymnasium's vector
-envs, SB3's and pfrl's subprocess vector envs, envpool (compiled) and ours, through the
-gymnasium face and through the pfrl face (`RayVectorEnv.from_env_fns`).
+envs, SB3's and pfrl's subprocess vector envs, Tianshou's subprocess, shared-memory and Ray
+vector envs, envpool (compiled) and ours, through the gymnasium face, the pfrl face
+(`RayVectorEnv.from_env_fns`) and the Tianshou face (`TianshouVectorEnv`).
 """
 
 from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -122,6 +124,40 @@ def ours_pfrl(env_fn: EnvFn, workers: int, per_worker: int, seconds: float) -> f
     return _pfrl_loop(vec, num_envs, seconds)
 
 
+def _tianshou_loop(vec: Any, num_envs: int, seconds: float) -> float:
+    """Tianshou's collector loop: step every env, then reset the envs that are done."""
+    vec.reset()
+    space = vec.get_env_attr("action_space", 0)[0]
+    actions = action_samples(gym.vector.utils.batch_space(space, num_envs))
+
+    def step(t: int) -> None:
+        _, _, terminated, truncated, _ = vec.step(actions[t % len(actions)])
+        done = np.flatnonzero(terminated | truncated)
+        if len(done):
+            vec.reset(done)
+
+    try:
+        return measure_steps_per_second(step, num_envs, seconds=seconds)
+    finally:
+        vec.close()
+
+
+def tianshou(kind: str, env_fns: list[EnvFn], seconds: float) -> float:
+    """Tianshou's own vector env `kind`, a process or (``RayVectorEnv``) a Ray actor per env."""
+    import tianshou.env
+
+    vec = getattr(tianshou.env, kind)(env_fns)
+    return _tianshou_loop(vec, len(env_fns), seconds)
+
+
+def ours_tianshou(env_fn: EnvFn, workers: int, per_worker: int, seconds: float) -> float:
+    """Ours through the Tianshou face: `TianshouVectorEnv`, the same loop."""
+    from ray_multiprocess_env import TianshouVectorEnv
+
+    vec = TianshouVectorEnv([env_fn] * (workers * per_worker), envs_per_worker=per_worker)
+    return _tianshou_loop(vec, workers * per_worker, seconds)
+
+
 def envpool(task: str, num_envs: int, threads: int, seconds: float) -> float:
     """The compiled envpool (C++ envs, its own thread pool): ``step`` of every env."""
     import envpool as envpool_module
@@ -136,6 +172,35 @@ def envpool(task: str, num_envs: int, threads: int, seconds: float) -> float:
         )
     finally:
         vec.close()
+
+
+def settle(most_seconds: float = 30.0) -> None:
+    """Wait until the machine is idle (less than 1/4 of a core busy over half a second).
+
+    What a peer leaves behind as it closes (Tianshou's `RayVectorEnv` tears down an actor per
+    env) would otherwise slow down the next measurement. Off Linux it returns at once.
+    """
+    deadline = time.monotonic() + most_seconds
+    while time.monotonic() < deadline:
+        before = _busy_and_total()
+        time.sleep(0.5)
+        after = _busy_and_total()
+        if before is None or after is None:
+            return
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total <= 0 or busy / total * (os.cpu_count() or 1) < 0.25:
+            return
+
+
+def _busy_and_total() -> tuple[int, int] | None:
+    """The machine's busy and total CPU time counters (/proc/stat), or None off Linux."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
 
 
 def importable(module: str) -> bool:

@@ -170,3 +170,18 @@ def report(rows: Sequence[Row], checks: Sequence[Check], w: int) -> list[str]:
         verdict = "measured" if target == 0 else "**met**" if ratio >= target else "**not met**"
         lines.append(f"- {text}: {verdict}, {ratio:.3f}x ({a:,.0f} vs {b:,.0f} env steps/s)")
     return lines
+
+
+def tianshou_checks(w: int) -> list[Check]:
+    """Issue #24's comparison: our Tianshou face against Tianshou's own vector envs (no target)."""
+    sizes = {"CartPole": 16, "HalfCheetah": 8}
+    return [
+        (
+            f"{env}, Tianshou face W x {k} against Tianshou {kind} (no target)",
+            0.0,
+            (env, f"ours, Tianshou face, {w} workers x {k}", w * k),
+            (env, f"Tianshou {kind}", w * k),
+        )
+        for env, k in sizes.items()
+        for kind in ("SubprocVectorEnv", "ShmemVectorEnv", "RayVectorEnv")
+    ]

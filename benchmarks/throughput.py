@@ -4,12 +4,15 @@ Run by hand from the repository root (it writes its section of docs/benchmarks.m
 
     python -m benchmarks.throughput              # CartPole, 84x84 frames, a 1 ms env
     python -m benchmarks.throughput --suite real # HalfCheetah-v5 (MuJoCo) and Atari Pong
+    python -m benchmarks.throughput --suite tianshou  # Tianshou's vector envs and our face
 
 Every implementation steps the same envs with the same pre-drawn actions for about `--seconds`
 seconds after a warm-up, one after the other; the tables give env steps/s, the ratio to a raw
 single-env loop, and the ratio to the machine's limit (one raw loop per core at once) measured
 in the same run. The real suite adds envpool (compiled envs, its own thread pool) and, for the
-pfrl face, pfrl's own `MultiprocessVectorEnv`.
+pfrl face, pfrl's own `MultiprocessVectorEnv`. The Tianshou suite steps CartPole and
+HalfCheetah through Tianshou's interface (step every env, reset those done) with Tianshou's own
+vector envs and ours.
 """
 
 from __future__ import annotations
@@ -32,11 +35,23 @@ import ray
 from benchmarks import peers
 from benchmarks.envs import CpuBoundEnv, FramesEnv, calibrate, halfcheetah, pong
 from benchmarks.report import write_section
-from benchmarks.targets import ASYNC, LIMIT, SYNC, Row, rate, real_checks, report, synthetic_checks
+from benchmarks.targets import (
+    ASYNC,
+    LIMIT,
+    SYNC,
+    Row,
+    rate,
+    real_checks,
+    report,
+    synthetic_checks,
+    tianshou_checks,
+)
 from ray_multiprocess_env import GymnasiumVectorEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_PROCESSES = 128  # one process per env beyond this is not run on a 2-core machine
+#: Tianshou's own vector envs, and the most envs each is run with here (a process or an actor each).
+TIANSHOU = {"SubprocVectorEnv": MAX_PROCESSES, "ShmemVectorEnv": MAX_PROCESSES, "RayVectorEnv": 32}
 #: envpool's own ids of the real envs (the same simulators, compiled; Pong preprocessed alike).
 ENVPOOL_TASKS = {"HalfCheetah": "HalfCheetah-v4", "Pong": "Pong-v5"}
 
@@ -53,13 +68,15 @@ def run(
     plain_k: tuple[int, ...] = (),
     view_k: tuple[int, ...] = (),
     real: bool = False,
+    tianshou: bool = False,
 ) -> list[Row]:
     """Measure every implementation on one env; one row per measurement.
 
     Ours runs `workers` workers x k envs for each k in `ks` (and with Ray calls only for
     `plain_k`, with ``copy=False`` for `view_k`); gymnasium's vector envs run the same total
     numbers of envs (and `peer_ns`), subprocess-per-env peers up to MAX_PROCESSES. `real` adds
-    envpool, pfrl's `MultiprocessVectorEnv` and our pfrl face.
+    envpool, pfrl's `MultiprocessVectorEnv` and our pfrl face; `tianshou` Tianshou's vector
+    envs and our Tianshou face.
     """
     cores = os.cpu_count() or 1
     rows = [Row(env_name, "raw single-env loop", 1, peers.raw(env_fn, seconds))]
@@ -69,6 +86,7 @@ def run(
 
     def add(implementation: str, n: int, measure: Callable[..., float], *args: Any) -> None:
         gc.collect()
+        peers.settle()  # what the previous one left behind has finished
         measured = measure(*args)
         rows.append(Row(env_name, implementation, n, measured))
         log(f"{env_name}: {implementation} n={n}: {measured:.0f}/s")
@@ -85,6 +103,9 @@ def run(
                 add("SB3 SubprocVecEnv", n, peers.sb3_subproc, fns, seconds)
             if peers.importable("pfrl"):
                 add("pfrl MultiprocessVectorEnv", n, peers.pfrl_multiprocess, env_fn, n, seconds)
+        for kind, most in TIANSHOU.items() if tianshou else ():
+            if n <= most:
+                add(f"Tianshou {kind}", n, peers.tianshou, kind, fns, seconds)
         if real and env_name in ENVPOOL_TASKS and peers.importable("envpool"):
             task = ENVPOOL_TASKS[env_name]
             add("envpool (C++)", n, peers.envpool, task, n, cores, seconds)
@@ -95,6 +116,9 @@ def run(
         if real:
             name = f"ours, pfrl face, {workers} workers x {k}"
             add(name, workers * k, peers.ours_pfrl, env_fn, workers, k, seconds)
+        if tianshou:
+            name = f"ours, Tianshou face, {workers} workers x {k}"
+            add(name, workers * k, peers.ours_tianshou, env_fn, workers, k, seconds)
     for k in view_k:  # the same, observations handed out as a view of the shared memory
         fns = [env_fn] * (workers * k)
         ours = functools.partial(GymnasiumVectorEnv, fns, envs_per_worker=k, copy=False)
@@ -169,6 +193,20 @@ def real(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list
     return rows, envs
 
 
+def tianshou(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list[Row], str]:
+    """CartPole and HalfCheetah through Tianshou's interface; and what that is, for the report."""
+    cartpole = functools.partial(gym.make, "CartPole-v1")
+    rows = run("CartPole", cartpole, workers, [16], seconds, log, tianshou=True)
+    rows += run("HalfCheetah", halfcheetah, workers, [8], seconds, log, tianshou=True)
+    envs = (
+        "- Tianshou's vector envs and our Tianshou face (`TianshouVectorEnv`) are stepped as "
+        "Tianshou's `Collector` steps them: every env, then `reset(env_id)` of those done; "
+        "gymnasium's, SB3's and pfrl's rows are the other suites' loops on the same envs.\n"
+        "- HalfCheetah: gymnasium's `HalfCheetah-v5` (MuJoCo)."
+    )
+    return rows, envs
+
+
 def _cpu_times() -> list[int]:
     """The machine's CPU time counters (/proc/stat: user ... steal), or [] off Linux."""
     try:
@@ -204,6 +242,8 @@ def _markdown(
     packages = ["ray", "gymnasium", "numpy", "stable-baselines3", "pfrl", "torch"]
     if suite == "real":
         packages += ["mujoco", "ale-py", "envpool"]
+    if suite == "tianshou":
+        packages += ["mujoco", "tianshou"]
     versions = ", ".join(f"{p} {_version(p)}" for p in packages)
     cpu = next(
         (
@@ -214,8 +254,10 @@ def _markdown(
         platform.processor(),
     )
     cores = os.cpu_count()
-    title = "real envs" if suite == "real" else "gymnasium, SB3 and pfrl"
-    checks = real_checks(workers) if suite == "real" else synthetic_checks(workers)
+    title = {"real": "real envs", "tianshou": "Tianshou"}.get(suite, "gymnasium, SB3 and pfrl")
+    checks = {"real": real_checks, "tianshou": tianshou_checks}.get(suite, synthetic_checks)(
+        workers
+    )
     out = [
         f"## Throughput on {cores} CPUs: {title}, against the machine's limit",
         "",
@@ -285,7 +327,7 @@ def _plot(rows: list[Row], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=("synthetic", "real"), default="synthetic")
+    parser.add_argument("--suite", choices=("synthetic", "real", "tianshou"), default="synthetic")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument(
         "--workers", type=int, default=None, help="default: 2 on 2 cores, else cores - 1"
@@ -297,18 +339,18 @@ def main() -> None:
     log = functools.partial(print, file=sys.stderr, flush=True)
     ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
     before = _cpu_times()
-    measure = real if args.suite == "real" else synthetic
+    measure = {"real": real, "tianshou": tianshou}.get(args.suite, synthetic)
     rows, envs = measure(workers, args.seconds, log)
     ray.shutdown()
     steal = _steal(before, _cpu_times())
     out = Path(args.out)
     command = (
         "python -m benchmarks.throughput"
-        + (" --suite real" if args.suite == "real" else "")
+        + (f" --suite {args.suite}" if args.suite != "synthetic" else "")
         + (f" --seconds {args.seconds:g}" if args.seconds != 3.0 else "")
         + (f" --workers {args.workers}" if args.workers else "")
     )
-    section = "throughput" + ("-real" if args.suite == "real" else "")
+    section = "throughput" + (f"-{args.suite}" if args.suite != "synthetic" else "")
     section += f"-{cores}-cpus" if cores > 2 else ""
     markdown = _markdown(args.suite, rows, command, envs, args.seconds, workers, steal)
     write_section(out, section, markdown)

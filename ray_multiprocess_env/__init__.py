@@ -1,8 +1,9 @@
 """Run gym/gymnasium environments as Ray actors and step many of them as one vector env.
 
 Importing this package has no side effects: Ray is started (or joined) only when the first actor
-is created, and pfrl, stable-baselines3 and torch are never imported here (`SB3VecEnv` and
-`make_sb3_vec_env` import stable-baselines3 when first used).
+is created, and pfrl, stable-baselines3, Tianshou and torch are never imported here (`SB3VecEnv`
+and `make_sb3_vec_env` import stable-baselines3 when first used, `TianshouVectorEnv` and
+`make_tianshou_vector_env` Tianshou).
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ __all__ = [
     "RemoteEnv",
     "RemoteEnvError",
     "SB3VecEnv",
+    "TianshouVectorEnv",
     "ensure_runtime",
     "make_remote_class",
     "make_sb3_vec_env",
+    "make_tianshou_vector_env",
     "make_vector_env",
     "plan_placement",
     "rllib_env_creator",
@@ -59,9 +62,17 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 
 
 def __getattr__(name: str) -> Any:
-    """Import the stable-baselines3 adapter (and so torch) only when it is asked for."""
+    """Import the stable-baselines3 and Tianshou faces (and so torch) when they are asked for."""
     if name in ("SB3VecEnv", "make_sb3_vec_env"):
         from ray_multiprocess_env.integrations import sb3
 
         return getattr(sb3, name)
+    if name == "TianshouVectorEnv":
+        from ray_multiprocess_env.integrations.tianshou import TianshouVectorEnv
+
+        return TianshouVectorEnv
+    if name == "make_tianshou_vector_env":
+        from ray_multiprocess_env.integrations.tianshou_make import make_tianshou_vector_env
+
+        return make_tianshou_vector_env
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -350,3 +350,27 @@ class DyingEnv(FlakyEnv):
         if self.taken == 2:
             os._exit(1)
         return super().step(action)
+
+
+class WalkEnv(gym.Env[np.ndarray, int]):
+    """Walk right to ``size`` (action 1; 0 stays); its observation space depends on ``size``.
+
+    ``delay`` seconds of sleep per step; ``reset(options={"start": k})`` starts at ``k``.
+    """
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, size: int, delay: float = 0.0) -> None:
+        self.size, self.delay, self.position = size, delay, 0
+        self.observation_space = gym.spaces.Box(0, size, shape=(1,), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.position = int((options or {}).get("start", self.np_random.integers(2)))
+        return np.array([self.position], dtype=np.float32), {"size": self.size}
+
+    def step(self, action: int):
+        time.sleep(self.delay)
+        self.position += int(action)
+        done = self.position >= self.size
+        return np.array([self.position], dtype=np.float32), float(done), done, False, {"k": 1}

@@ -68,3 +68,13 @@ def test_torchrl_ppo_learns_cartpole(ray_address):
     match = re.search(r"final mean return of the last \d+ episodes: ([\d.]+)", result.stdout)
     assert match, result.stdout + result.stderr
     assert float(match.group(1)) > 60
+
+
+def test_tianshou_dqn_reaches_195_on_cartpole(ray_address):
+    """Tianshou's DQN with our vector envs for training and testing reaches a mean of 195."""
+    pytest.importorskip("tianshou")
+    result = _run("tianshou_dqn_cartpole.py", [], ray_address)
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.search(r"best mean test return ([\d.]+) after (\d+) env steps", result.stdout)
+    assert match, result.stdout + result.stderr
+    assert float(match.group(1)) >= 195

@@ -71,6 +71,7 @@ def test_excerpts_match_the_examples():
         "examples/sb3_ppo_cartpole.py",
         "examples/rllib_ppo_cartpole.py",
         "examples/torchrl_ppo_cartpole.py",
+        "examples/tianshou_dqn_cartpole.py",
     }
     for name, code in excerpts:
         source = [line.strip() for line in (ROOT / name).read_text().splitlines()]

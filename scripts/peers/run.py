@@ -13,6 +13,13 @@ source distribution has no tests)::
     git clone --branch v1.2.2 https://github.com/Farama-Foundation/Gymnasium /tmp/Gymnasium
     python scripts/peers/run.py gymnasium --source /tmp/Gymnasium
 
+Tianshou's vector-env and collector tests run with ``SubprocVectorEnv``, ``ShmemVectorEnv`` and
+``RayVectorEnv`` replaced by `TianshouVectorEnv`, from a checkout at the installed version's tag
+(its source distribution has no tests either; its tests need ``networkx``)::
+
+    git clone --branch v2.0.1 https://github.com/thu-ml/tianshou /tmp/tianshou
+    python scripts/peers/run.py tianshou --source /tmp/tianshou
+
 Arguments after ``--`` go to pytest. The tests listed in `NOT_APPLICABLE` are deselected, with
 the reason printed; everything else must pass. Rendering runs headless (pygame's dummy video
 driver, MuJoCo on EGL) unless the environment says otherwise.
@@ -41,6 +48,7 @@ SUITES = {
         "tests/test_vec_extract_dict_obs.py",
         "tests/test_vec_check_nan.py",
     ],
+    "tianshou": ["test/base/test_env.py", "test/base/test_collector.py"],
     "gymnasium": [
         "tests/vector/test_autoreset_mode.py",
         "tests/vector/test_vector_env.py",
@@ -57,6 +65,7 @@ NOT_APPLICABLE = {
             "checks multiprocessing start methods; Ray starts the workers"
         ),
     },
+    "tianshou": {},
     "gymnasium": {
         f"tests/vector/test_vector_env.py::test_partial_reset_failure[Async({mode})]": (
             "expects AsyncVectorEnv's AssertionError text for a bad `reset_mask`; we raise a "
@@ -65,6 +74,17 @@ NOT_APPLICABLE = {
         for mode in ("shared_memory=True", "shared_memory=False")
     },
 }
+
+#: Tests that do not apply when a worker holds more than one env, and why.
+ONE_ENV_PER_WORKER = {
+    "test/base/test_env.py::test_async_check_id": (
+        "times each env's answer as if each env had its own process; the envs of one worker "
+        "answer together (it passes with --envs-per-worker 1)"
+    ),
+}
+
+#: The folder of each suite's tests, where our conftest.py goes.
+TEST_DIRS = {"sb3": "tests", "gymnasium": "tests", "tianshou": "test"}
 
 HEADLESS = {"SDL_VIDEODRIVER": "dummy", "MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
 
@@ -89,28 +109,36 @@ def sb3_source(workdir: Path) -> Path:
     return workdir / archive.name.removesuffix(".tar.gz")
 
 
-def check_gymnasium_source(source: Path) -> None:
-    """Refuse a checkout whose version is not the installed gymnasium's."""
-    version = importlib.metadata.version("gymnasium")
-    init = (source / "gymnasium" / "__init__.py").read_text(encoding="utf-8")
-    if f'__version__ = "{version}"' not in init:
+def check_source(suite: str, source: Path) -> None:
+    """Refuse a checkout of gymnasium or Tianshou whose version is not the installed one's."""
+    version = importlib.metadata.version(suite)
+    if suite == "gymnasium":
+        text = (source / "gymnasium" / "__init__.py").read_text(encoding="utf-8")
+        found = f'__version__ = "{version}"' in text
+    else:  # Tianshou's version is in its pyproject.toml
+        text = (source / "pyproject.toml").read_text(encoding="utf-8")
+        found = f'\nversion = "{version}"' in text
+    if not found:
         raise SystemExit(
-            f"{source} is not a checkout of gymnasium {version}, the installed version; "
+            f"{source} is not a checkout of {suite} {version}, the installed version; "
             f"check out its tag: git -C {source} checkout v{version}"
         )
 
 
 def run(suite: str, source: Path, envs_per_worker: int, pytest_args: list[str]) -> int:
     """Put our conftest.py into `source`'s tests and run the suite's files there."""
-    conftest = source / "tests" / "conftest.py"
+    conftest = source / TEST_DIRS[suite] / "conftest.py"
     if conftest.exists() and "ray_multiprocess_env" not in conftest.read_text(encoding="utf-8"):
         raise SystemExit(f"{conftest} is the project's own; refusing to replace it")
     shutil.copyfile(HERE / f"{suite}_conftest.py", conftest)
-    for test_id, reason in NOT_APPLICABLE[suite].items():
+    not_applicable = dict(NOT_APPLICABLE[suite])
+    if suite == "tianshou" and envs_per_worker > 1:
+        not_applicable |= ONE_ENV_PER_WORKER
+    for test_id, reason in not_applicable.items():
         print(f"not applicable: {test_id}: {reason}", flush=True)
     env = {**HEADLESS, **os.environ, "PEER_ENVS_PER_WORKER": str(envs_per_worker)}
     env.pop("RAY_ADDRESS", None)  # the suite starts its own Ray, with its modules importable
-    deselect = [f"--deselect={test_id}" for test_id in NOT_APPLICABLE[suite]]
+    deselect = [f"--deselect={test_id}" for test_id in not_applicable]
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--tb=native"]
     command += deselect + SUITES[suite] + pytest_args
     print("running:", " ".join(command), f"(in {source})", flush=True)
@@ -121,18 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     """Command line; see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("suite", choices=sorted(SUITES))
-    parser.add_argument("--source", type=Path, help="gymnasium: a checkout at the installed tag")
+    parser.add_argument(
+        "--source", type=Path, help="gymnasium, tianshou: a checkout at the installed tag"
+    )
     parser.add_argument("--workdir", type=Path, help="sb3: where to unpack (default: a temp dir)")
     parser.add_argument("--envs-per-worker", type=int, default=2)
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     args.pytest_args = argv[split + 1 :]
-    if args.suite == "gymnasium":
+    if args.suite in ("gymnasium", "tianshou"):
         if args.source is None:
-            parser.error("gymnasium needs --source, a checkout of its repository")
-        check_gymnasium_source(args.source)
-        return run("gymnasium", args.source, args.envs_per_worker, args.pytest_args)
+            parser.error(f"{args.suite} needs --source, a checkout of its repository")
+        check_source(args.suite, args.source)
+        return run(args.suite, args.source, args.envs_per_worker, args.pytest_args)
     with tempfile.TemporaryDirectory() as temp:
         workdir = args.workdir or Path(temp)
         workdir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,419 @@
+"""`TianshouVectorEnv`: a Tianshou 2.x vector env whose envs live in Ray worker actors.
+
+Importing this module imports Tianshou (and so torch); the package itself does not. Tianshou's
+``Collector`` steps any subset of its envs (``step(action, id)``), resets the envs that finished
+itself (``reset(env_id)``) and wants one info dict per env with its ``env_id``; this face hands
+it exactly that, from the engine's batches (observations copied out of the shared memory). With
+`wait_num` or `wait_timeout` it is asynchronous as Tianshou's own envs are: `step` returns the
+envs that finished first, on the engine's first-ready ``send``/``recv``.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+from tianshou.env import BaseVectorEnv
+
+from ray_multiprocess_env._engine import Batch, Engine, Options
+from ray_multiprocess_env._engine.options import (
+    DEFAULT_MAX_RESTARTS,
+    check_env_ids,
+    check_positive_int,
+    check_seed_list,
+)
+from ray_multiprocess_env.batch import stack, unstack
+from ray_multiprocess_env.compat import is_obs_and_info
+
+__all__ = ["TianshouVectorEnv"]
+
+_SPACES = ("action_space", "observation_space")
+
+
+class TianshouVectorEnv(BaseVectorEnv):
+    """A Tianshou ``BaseVectorEnv`` over Ray worker actors: ``Collector(policy, envs)``.
+
+    Gives the same observations, rewards, flags and infos as Tianshou's ``DummyVectorEnv``
+    for the same seeds and actions (an env's spaces, `get_env_attr` and `set_env_attr` look
+    through gymnasium's wrappers, where Tianshou's own envs read ``env.unwrapped``). Every
+    env belongs to one worker, ``ceil(len(env_fns) / envs_per_worker)`` workers in all; no env
+    is ever reset by its worker: Tianshou's ``Collector`` resets finished envs itself.
+
+    Args:
+        env_fns: One picklable factory per env, called inside its worker.
+        envs_per_worker: How many envs each worker actor holds.
+        wait_num: Tianshou's asynchronous mode: `step` returns once at least this many of the
+            envs it waits for have finished (all envs of a worker finish together, so more
+            may come back). None: every env.
+        wait_timeout: Tianshou's ``timeout`` of its asynchronous mode: `step` returns what has
+            finished after this many seconds (at least one env). Not this package's
+            `timeout`, after which a call that has not answered is an error.
+        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
+        placement: Where the workers run; see `plan_placement`.
+        timeout: Seconds to wait for any one call before a `TimeoutError` names the envs that
+            did not answer, or None.
+        on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset
+            and report their lost episode as truncated, ``info["env_crashed"]``).
+        transport: ``"auto"``, ``"pipe"`` or ``"ray"``; see `RayVectorEnv.from_env_fns`.
+        seed: If given, as `seed` called right after construction.
+        on_env_error: ``"raise"`` or ``"restart"`` (an env that raises is built again in its
+            worker; its episode ends as truncated with ``env_error`` in its info).
+        max_restarts: How many times each worker may be restarted and each env rebuilt
+            (default 100; None: no limit).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> envs = TianshouVectorEnv([lambda: gym.make("CartPole-v1")] * 4, envs_per_worker=2)
+        >>> obs, infos = envs.reset()
+        >>> obs, rew, terminated, truncated, infos = envs.step(np.zeros(2, np.int64), [1, 3])
+        >>> len(envs), obs.shape, [info["env_id"] for info in infos]
+        (4, (2, 4), [1, 3])
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
+        *,
+        envs_per_worker: int = 1,
+        wait_num: int | None = None,
+        wait_timeout: float | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        placement: Any = None,
+        timeout: float | None = None,
+        on_actor_failure: str = "raise",
+        transport: str | None = None,
+        seed: int | np.random.SeedSequence | Sequence[int | None] | None = None,
+        on_env_error: str = "raise",
+        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
+    ) -> None:
+        # Not BaseVectorEnv.__init__: it would make one Tianshou worker per env.
+        num_envs = len(env_fns) if isinstance(env_fns, Sequence) else 0
+        if wait_num is not None:
+            check_positive_int("wait_num", wait_num)
+            if num_envs and wait_num > num_envs:
+                raise ValueError(
+                    f"`wait_num` is {wait_num} but there are {num_envs} envs; pass at most "
+                    f"{num_envs}, or None to wait for every env."
+                )
+        if wait_timeout is not None and (
+            isinstance(wait_timeout, bool)
+            or not isinstance(wait_timeout, numbers.Real)
+            or not wait_timeout > 0
+        ):
+            raise ValueError(
+                f"`wait_timeout` must be a positive number of seconds or None, got "
+                f"{wait_timeout!r}."
+            )
+        options = Options.make(
+            timeout=timeout,
+            on_actor_failure=on_actor_failure,
+            transport=transport,
+            actor_options=actor_options,
+            placement=placement,
+            on_env_error=on_env_error,
+            max_restarts=max_restarts,
+        )
+        self._engine = Engine.start(
+            env_fns,
+            envs_per_worker,
+            options,
+            name=type(self).__name__,
+            info_layout="per_env",
+            uniform="prefer",  # Tianshou's envs may differ in their spaces
+            autoreset=False,
+        )
+        self.env_num = self._engine.spec.num_envs
+        self.wait_num = wait_num or self.env_num
+        self.wait_timeout = wait_timeout
+        self.is_async = self.wait_num != self.env_num or wait_timeout is not None
+        self.waiting_id: list[int] = []  # sent, not yet returned by `step`
+        self.ready_id = list(range(self.env_num))  # the others
+        self.is_closed = False
+        self._spaces: dict[str, list[Any]] = {}
+        if seed is not None:
+            try:
+                self.seed(seed)
+            except BaseException:
+                self.close()
+                raise
+
+    # -- Tianshou's vector env interface --------------------------------------------------------
+    def reset(
+        self, env_id: int | Sequence[int] | np.ndarray | None = None, **kwargs: Any
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Reset the envs `env_id` (all if None); their observations and infos, in that order.
+
+        Args:
+            env_id: An env index or indices; none of them may be waiting in `step`.
+            **kwargs: ``seed=`` and ``options=``, given to each env's ``reset`` as they are
+                (as Tianshou's own envs do: one int seed seeds every env alike; use `seed`
+                for a seed per env).
+        """
+        ids = self._ids(env_id, "env_id")
+        seed, options = kwargs.pop("seed", None), kwargs.pop("options", None)
+        if kwargs:
+            raise TypeError(
+                f"`reset` got {sorted(kwargs)}; it passes only `seed` and `options` to the "
+                "envs' `reset`."
+            )
+        mask = np.zeros(self.env_num, dtype=np.bool_)
+        mask[ids] = True
+        seeds: list[int | None] = [seed if chosen else None for chosen in mask.tolist()]
+        everything = mask.all() and not self.is_async  # (else: refused for envs in flight)
+        batch = self._engine.reset(
+            seeds, options, None if everything else mask, in_flight_ok=self.is_async
+        )
+        return self._reset_result(batch, ids)
+
+    def step(
+        self, action: Any, id: int | Sequence[int] | np.ndarray | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step the envs `id` (all if None), action ``action[i]`` for env ``id[i]``.
+
+        Synchronous (no `wait_num` nor `wait_timeout`): the results of exactly those envs, in
+        that order. Asynchronous: the results of the envs that finished first among those
+        waiting (each info's ``env_id`` says which); `action` None only collects them.
+
+        Returns:
+            ``(obs, rewards, terminated, truncated, infos)``, one row per env; each info dict
+            holds its ``env_id``.
+        """
+        ids = self._ids(id, "id")
+        if action is None:
+            if not self.is_async:
+                raise ValueError(
+                    "`action` is None, which only a vector env with `wait_num` or "
+                    "`wait_timeout` accepts (to collect envs still stepping); pass one action "
+                    "per env in `id`."
+                )
+        else:
+            if hasattr(action, "detach"):  # a torch tensor (Tianshou allows one)
+                action = action.detach().cpu().numpy()
+            if len(action) != len(ids):
+                raise ValueError(
+                    f"`action` has {len(action)} entries for {len(ids)} env(s) in `id`; pass "
+                    "one action per env."
+                )
+            if not self.is_async and ids == list(range(self.env_num)):
+                self._engine.step_async(self._action_batch(action))
+                return self._step_result(self._engine.step_wait(), ids)
+            self._engine.send(self._action_batch(action), ids)
+            self.waiting_id += ids
+            self.ready_id = [env for env in self.ready_id if env not in set(ids)]
+        batch = self._recv_first() if self.is_async else self._engine.recv()
+        assert batch.env_ids is not None
+        returned = batch.env_ids.tolist()
+        done = set(returned)
+        self.waiting_id = [env for env in self.waiting_id if env not in done]
+        self.ready_id += returned
+        return self._step_result(batch, ids if not self.is_async else returned)
+
+    def seed(
+        self, seed: int | np.random.SeedSequence | Sequence[int | None] | None = None
+    ) -> list[list[int] | None]:
+        """Seed every env now, as Tianshou's envs do: each env is reset with its seed.
+
+        An int gives env ``i`` the seed ``seed + i``, a list one seed per env, a
+        `numpy.random.SeedSequence` independent seeds (as for `make_vector_env`). The action
+        space of each env (``action_space[i]``, for Tianshou's random actions) is seeded too.
+
+        Returns:
+            ``[seed]`` for each env (None where the seed is None).
+        """
+        seeds = check_seed_list(seed, self.env_num, "seed")
+        for space, env_seed in zip(self._space_list("action_space"), seeds, strict=True):
+            space.seed(env_seed)
+        self._engine.reset(list(seeds), label="seed")
+        return [None if s is None else [s] for s in seeds]
+
+    def get_env_attr(
+        self, key: str, id: int | Sequence[int] | np.ndarray | None = None
+    ) -> list[Any]:
+        """Attribute `key` of the envs `id` (all if None), looking through their wrappers."""
+        ids = self._ids(id, "id")
+        if key in _SPACES:
+            every = self._space_list(key)
+            return [every[env] for env in ids]
+        return self._each("get_attr", ids, (key,))
+
+    def set_env_attr(
+        self, key: str, value: Any, id: int | Sequence[int] | np.ndarray | None = None
+    ) -> None:
+        """Set attribute `key` of the envs `id` (all if None) to `value`, as gymnasium does.
+
+        As gymnasium's ``set_wrapper_attr``: where a wrapper or the env defines `key`, else on
+        the outermost wrapper.
+        """
+        self._each("set_attr", self._ids(id, "id"), (key, value))
+        self._spaces.pop(key, None)
+
+    def render(self, **kwargs: Any) -> list[Any]:
+        """Each env's ``render(**kwargs)`` (make the envs with a ``render_mode``)."""
+        if self.waiting_id:
+            raise RuntimeError(
+                f"Env(s) {self.waiting_id} are still stepping; collect them with "
+                "`step(None, id=...)` before `render`."
+            )
+        return self._each("call", list(range(self.env_num)), ("render",), kwargs)
+
+    def close(self) -> None:
+        """Close every env and kill the workers (within `timeout`, 30 s if None); idempotent."""
+        self._engine.close()
+        self.waiting_id, self.is_closed = [], True
+
+    # -- more ------------------------------------------------------------------------------------
+    @property
+    def remote_envs(self) -> tuple[Any, ...]:
+        """The worker actors."""
+        return tuple(worker.actor for worker in self._engine.workers)
+
+    def node_ids(self) -> tuple[str, ...]:
+        """The id (hex) of the Ray node each env runs on, by env index."""
+        return self._engine.node_ids()
+
+    def __repr__(self) -> str:
+        state = ", closed" if self.is_closed else ""
+        return f"{type(self).__name__}(env_num={self.env_num}{state})"
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _ids(self, ids: Any, argument: str) -> list[int]:
+        """Tianshou's env ids (None: all; an int: that env) as a checked list."""
+        if ids is None:
+            return list(range(self.env_num))
+        if isinstance(ids, numbers.Integral) and not isinstance(ids, bool):
+            ids = [ids]
+        if isinstance(ids, np.ndarray):
+            ids = ids.tolist()
+        return check_env_ids(ids, self.env_num, argument)
+
+    def _recv_first(self) -> Batch:
+        """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""
+        wanted = min(self.wait_num, len(self.waiting_id))
+        if self.wait_timeout is None:
+            return self._engine.recv(wanted)
+        try:
+            return self._engine.recv(wanted, self.wait_timeout)
+        except TimeoutError:  # the envs still out stay in flight
+            return self._engine.recv(1)  # what finished meanwhile, or the next to finish
+
+    def _action_batch(self, actions: Any) -> Any:
+        """Actions as the engine takes them: a Dict or Tuple space's stacked into a batch."""
+        space = self._engine.spec.action_space
+        if isinstance(space, (spaces.Dict, spaces.Tuple)) and self._engine.spec.uniform:
+            return stack(space, list(actions))
+        return actions
+
+    def _step_result(
+        self, batch: Batch, ids: list[int]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Tianshou's step tuple for the envs `ids`, from a batch of them (or of all envs)."""
+        if batch.rows is not None:
+            rows = self._rows_by_env(batch)
+            picked = [rows[env] for env in ids]
+            self._refuse_old_api(any(len(r) != 5 for r in picked))
+            obs = _stacked([r[0] for r in picked])
+            rewards, terminated, truncated = (np.stack([r[k] for r in picked]) for k in (1, 2, 3))
+            return obs, rewards, terminated, truncated, _infos([r[4] for r in picked], ids)
+        self._refuse_old_api(batch.old_api)
+        positions = self._positions(batch, ids)
+        rewards, terminations, truncations = batch.arrays()
+        return (
+            self._observations(batch, positions),
+            rewards[positions],
+            terminations[positions],
+            truncations[positions],
+            _infos([batch.infos[p] for p in positions], ids),
+        )
+
+    def _reset_result(self, batch: Batch, ids: list[int]) -> tuple[Any, np.ndarray]:
+        """Tianshou's reset pair for the envs `ids`, from the batch of every env."""
+        if batch.rows is not None:
+            picked = [batch.rows[env] for env in ids]
+            self._refuse_old_api(not all(is_obs_and_info(r) for r in picked))
+            return _stacked([r[0] for r in picked]), _infos([r[1] for r in picked], None)
+        self._refuse_old_api(batch.old_api)
+        return self._observations(batch, ids), _infos([batch.infos[i] for i in ids], None)
+
+    def _observations(self, batch: Batch, positions: list[int]) -> Any:
+        """The rows `positions` of the batch's observations: an array of their own."""
+        observations = batch.observations
+        if isinstance(observations, np.ndarray):
+            return observations[positions]  # (fancy indexing copies out of shared memory)
+        space = batch_space(self._engine.spec.observation_space, len(batch.arrays()[0]))
+        rows = list(unstack(space, observations))
+        return _stacked([copy.deepcopy(rows[p]) for p in positions])
+
+    @staticmethod
+    def _positions(batch: Batch, ids: list[int]) -> list[int]:
+        """The rows of `batch` that hold the envs `ids`."""
+        if batch.env_ids is None:
+            return ids
+        positions: list[int] = np.searchsorted(batch.env_ids, ids).tolist()
+        return positions
+
+    @staticmethod
+    def _rows_by_env(batch: Batch) -> dict[int, Any]:
+        assert batch.rows is not None
+        envs = range(len(batch.rows)) if batch.env_ids is None else batch.env_ids.tolist()
+        return dict(zip(envs, batch.rows, strict=True))
+
+    @staticmethod
+    def _refuse_old_api(old: bool) -> None:
+        if old:
+            raise TypeError(
+                "An env speaks old gym's API (`reset` gives only the observation, `step` four "
+                "values); Tianshou 2 needs gymnasium's. Make the envs with gymnasium, or wrap "
+                "them in `shimmy.GymV26CompatibilityV0`."
+            )
+
+    def _space_list(self, key: str) -> list[Any]:
+        """Each env's space `key`: copies of the common one, or each env's own; seedable."""
+        if key not in self._spaces:
+            common = getattr(self._engine.spec, key)
+            if self._engine.spec.uniform and common is not None:
+                self._spaces[key] = [copy.deepcopy(common) for _ in range(self.env_num)]
+            else:  # (None for an env without one, as Tianshou's subprocess envs give)
+                every = list(range(self.env_num))
+                has = self._each("has_attr", every, (key,))
+                found = iter(self._each("get_attr", [e for e in every if has[e]], (key,)))
+                self._spaces[key] = [next(found) if has[e] else None for e in every]
+        return self._spaces[key]
+
+    def _each(
+        self,
+        method: str,
+        ids: list[int],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> list[Any]:
+        chosen = set(ids)
+        per_env = [args if env in chosen else None for env in range(self.env_num)]
+        results = self._engine.call(
+            method, per_env, [kwargs or {}] * self.env_num, in_flight_ok=self.is_async
+        )
+        return [results[env] for env in ids]
+
+
+def _stacked(rows: list[Any]) -> Any:
+    """Rows stacked as Tianshou's own vector envs stack them (an object array if they differ)."""
+    try:
+        return np.stack(rows)
+    except ValueError:
+        return np.array(rows, dtype=object)
+
+
+def _infos(infos: Sequence[Mapping[str, Any]], ids: list[int] | None) -> np.ndarray:
+    """Tianshou's infos: an object array of one dict per env, with its ``env_id`` after a step."""
+    out = np.empty(len(infos), dtype=object)
+    for row, info in enumerate(infos):
+        out[row] = dict(info)
+        if ids is not None:
+            out[row]["env_id"] = ids[row]
+    return out
