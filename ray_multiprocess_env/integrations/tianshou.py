@@ -18,7 +18,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 from tianshou.env import BaseVectorEnv
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
@@ -28,8 +27,8 @@ from ray_multiprocess_env._engine.options import (
     check_positive_int,
     check_seed_list,
 )
-from ray_multiprocess_env.batch import stack, unstack
-from ray_multiprocess_env.compat import is_obs_and_info
+from ray_multiprocess_env.batch import stack
+from ray_multiprocess_env.integrations.tianshou_results import reset_result, step_result
 
 __all__ = ["TianshouVectorEnv"]
 
@@ -170,7 +169,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         batch = self._engine.reset(
             seeds, options, None if everything else mask, in_flight_ok=self.is_async
         )
-        return self._reset_result(batch, ids)
+        return reset_result(batch, ids, self._engine.spec)
 
     def step(
         self, action: Any, id: int | Sequence[int] | np.ndarray | None = None
@@ -203,7 +202,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 )
             if not self.is_async and ids == list(range(self.env_num)):
                 self._engine.step_async(self._action_batch(action))
-                return self._step_result(self._engine.step_wait(), ids)
+                return step_result(self._engine.step_wait(), ids, self._engine.spec)
             self._engine.send(self._action_batch(action), ids)
             self.waiting_id += ids
             self.ready_id = [env for env in self.ready_id if env not in set(ids)]
@@ -213,7 +212,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         done = set(returned)
         self.waiting_id = [env for env in self.waiting_id if env not in done]
         self.ready_id += returned
-        return self._step_result(batch, ids if not self.is_async else returned)
+        return step_result(batch, ids if not self.is_async else returned, self._engine.spec)
 
     def seed(
         self, seed: int | np.random.SeedSequence | Sequence[int | None] | None = None
@@ -310,69 +309,6 @@ class TianshouVectorEnv(BaseVectorEnv):
             return stack(space, list(actions))
         return actions
 
-    def _step_result(
-        self, batch: Batch, ids: list[int]
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Tianshou's step tuple for the envs `ids`, from a batch of them (or of all envs)."""
-        if batch.rows is not None:
-            rows = self._rows_by_env(batch)
-            picked = [rows[env] for env in ids]
-            self._refuse_old_api(any(len(r) != 5 for r in picked))
-            obs = _stacked([r[0] for r in picked])
-            rewards, terminated, truncated = (np.stack([r[k] for r in picked]) for k in (1, 2, 3))
-            return obs, rewards, terminated, truncated, _infos([r[4] for r in picked], ids)
-        self._refuse_old_api(batch.old_api)
-        positions = self._positions(batch, ids)
-        rewards, terminations, truncations = batch.arrays()
-        return (
-            self._observations(batch, positions),
-            rewards[positions],
-            terminations[positions],
-            truncations[positions],
-            _infos([batch.infos[p] for p in positions], ids),
-        )
-
-    def _reset_result(self, batch: Batch, ids: list[int]) -> tuple[Any, np.ndarray]:
-        """Tianshou's reset pair for the envs `ids`, from the batch of every env."""
-        if batch.rows is not None:
-            picked = [batch.rows[env] for env in ids]
-            self._refuse_old_api(not all(is_obs_and_info(r) for r in picked))
-            return _stacked([r[0] for r in picked]), _infos([r[1] for r in picked], None)
-        self._refuse_old_api(batch.old_api)
-        return self._observations(batch, ids), _infos([batch.infos[i] for i in ids], None)
-
-    def _observations(self, batch: Batch, positions: list[int]) -> Any:
-        """The rows `positions` of the batch's observations: an array of their own."""
-        observations = batch.observations
-        if isinstance(observations, np.ndarray):
-            return observations[positions]  # (fancy indexing copies out of shared memory)
-        space = batch_space(self._engine.spec.observation_space, len(batch.arrays()[0]))
-        rows = list(unstack(space, observations))
-        return _stacked([copy.deepcopy(rows[p]) for p in positions])
-
-    @staticmethod
-    def _positions(batch: Batch, ids: list[int]) -> list[int]:
-        """The rows of `batch` that hold the envs `ids`."""
-        if batch.env_ids is None:
-            return ids
-        positions: list[int] = np.searchsorted(batch.env_ids, ids).tolist()
-        return positions
-
-    @staticmethod
-    def _rows_by_env(batch: Batch) -> dict[int, Any]:
-        assert batch.rows is not None
-        envs = range(len(batch.rows)) if batch.env_ids is None else batch.env_ids.tolist()
-        return dict(zip(envs, batch.rows, strict=True))
-
-    @staticmethod
-    def _refuse_old_api(old: bool) -> None:
-        if old:
-            raise TypeError(
-                "An env speaks old gym's API (`reset` gives only the observation, `step` four "
-                "values); Tianshou 2 needs gymnasium's. Make the envs with gymnasium, or wrap "
-                "them in `shimmy.GymV26CompatibilityV0`."
-            )
-
     def _space_list(self, key: str) -> list[Any]:
         """Each env's space `key`: copies of the common one, or each env's own; seedable."""
         if key not in self._spaces:
@@ -399,21 +335,3 @@ class TianshouVectorEnv(BaseVectorEnv):
             method, per_env, [kwargs or {}] * self.env_num, in_flight_ok=self.is_async
         )
         return [results[env] for env in ids]
-
-
-def _stacked(rows: list[Any]) -> Any:
-    """Rows stacked as Tianshou's own vector envs stack them (an object array if they differ)."""
-    try:
-        return np.stack(rows)
-    except ValueError:
-        return np.array(rows, dtype=object)
-
-
-def _infos(infos: Sequence[Mapping[str, Any]], ids: list[int] | None) -> np.ndarray:
-    """Tianshou's infos: an object array of one dict per env, with its ``env_id`` after a step."""
-    out = np.empty(len(infos), dtype=object)
-    for row, info in enumerate(infos):
-        out[row] = dict(info)
-        if ids is not None:
-            out[row]["env_id"] = ids[row]
-    return out
