@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # python -m pytest -m long
 
 
 def _run(script: str, args: list[str], ray_address: str) -> subprocess.CompletedProcess[str]:

@@ -96,7 +96,12 @@ def test_an_infinite_or_huge_timeout_is_accepted(timeout, transport):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("asked", "timeout"), [({"num_gpus": 1}, None), ({"num_cpus": 3}, None), ({"num_gpus": 1}, 1)]
+    ("asked", "timeout"),
+    [
+        ({"num_gpus": 1}, None),
+        ({"num_cpus": 3}, None),
+        pytest.param({"num_gpus": 1}, 1, marks=pytest.mark.long),  # waits the start's 30 s
+    ],
 )
 def test_resources_no_node_has_fail_the_constructor_in_bounded_time(asked, timeout):
     """Defect 5: workers that can never be placed fail in bounded time, naming what is missing.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # python -m pytest -m long
 
 RUN = Path(__file__).resolve().parent.parent / "scripts" / "peers" / "run.py"
 
