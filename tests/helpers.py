@@ -6,8 +6,11 @@ import). Functions that look inside a vector env use its private engine and say 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -110,3 +113,26 @@ def assert_same(ours, theirs, path="value"):
         np.testing.assert_array_equal(ours, theirs, err_msg=path)
     else:
         assert ours == theirs, f"{path}: {ours!r} != {theirs!r}"
+
+
+@contextlib.contextmanager
+def interrupt_after(seconds, *, signal_now=False):
+    """Deliver a KeyboardInterrupt to the main thread after `seconds` (Jupyter's interrupt).
+
+    With `signal_now`, a real SIGINT to the main thread, which also cuts short a blocking wait
+    (``_thread.interrupt_main`` only raises once the main thread runs Python code again).
+    """
+    main = threading.main_thread().ident
+
+    def interrupt():
+        if signal_now:
+            signal.pthread_kill(main, signal.SIGINT)
+        else:
+            _thread.interrupt_main()
+
+    timer = threading.Timer(seconds, interrupt)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

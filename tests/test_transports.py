@@ -7,7 +7,6 @@ only) and ``"ray"`` (Ray calls), so it tests pipes even when the suite runs agai
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import enum
 import functools
@@ -29,33 +28,10 @@ from ray_multiprocess_env import (
     RemoteEnvError,
 )
 from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
-from tests.helpers import assert_killed, transport_kinds, worker_pids
+from tests.helpers import assert_killed, interrupt_after, transport_kinds, worker_pids
 
 TRANSPORTS = ["auto", "pipe", "ray"]
 _cartpole = functools.partial(gym.make, "CartPole-v1")
-
-
-@contextlib.contextmanager
-def _interrupt_after(seconds, *, signal_now=False):
-    """Deliver a KeyboardInterrupt to the main thread after `seconds` (Jupyter's interrupt).
-
-    With `signal_now`, a real SIGINT to the main thread, which also cuts short a blocking wait
-    (``_thread.interrupt_main`` only raises once the main thread runs Python code again).
-    """
-    main = threading.main_thread().ident
-
-    def interrupt():
-        if signal_now:
-            signal.pthread_kill(main, signal.SIGINT)
-        else:
-            _thread.interrupt_main()
-
-    timer = threading.Timer(seconds, interrupt)
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
 
 
 def _main_module_class():
@@ -162,12 +138,12 @@ def test_keyboard_interrupt_mid_step_leaves_the_env_usable(transport):
     envs.reset()
     envs.set_attr("delay", [0.3, 0.3, 0.3, 0.3])
     for _ in range(3):
-        with pytest.raises(KeyboardInterrupt), _interrupt_after(0.1):
+        with pytest.raises(KeyboardInterrupt), interrupt_after(0.1):
             envs.step(np.array([1, 1, 1, 1]))
     envs.set_attr("delay", [0.0, 0.0, 0.0, 0.0])  # runs after the interrupted steps
     obs = envs.step(np.array([1, 1, 1, 1]))[0]
     assert obs[:, 0].tolist() == [4.0, 4.0, 4.0, 4.0]  # every interrupted step ran once
-    with pytest.raises(KeyboardInterrupt), _interrupt_after(0.05):  # noqa: PT012
+    with pytest.raises(KeyboardInterrupt), interrupt_after(0.05):  # noqa: PT012
         for _ in range(100_000):  # interrupts land anywhere in a fast loop
             envs.step(np.array([0, 0, 0, 0]))
     assert envs.step(np.array([1, 1, 1, 1]))[0][:, 0].tolist() == [5.0, 5.0, 5.0, 5.0]
@@ -180,9 +156,9 @@ def test_steps_queued_behind_an_interrupted_one_keep_their_own_actions(transport
     envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, transport=transport, timeout=30)
     envs.reset()
     envs.set_attr("delay", [0.4, 0.4])
-    with pytest.raises(KeyboardInterrupt), _interrupt_after(0.1, signal_now=True):
+    with pytest.raises(KeyboardInterrupt), interrupt_after(0.1, signal_now=True):
         envs.step(np.array([0, 0]))  # the workers are busy with it for 0.3 s more
-    with pytest.raises(KeyboardInterrupt), _interrupt_after(0.05, signal_now=True):
+    with pytest.raises(KeyboardInterrupt), interrupt_after(0.05, signal_now=True):
         envs.step(np.array([2, 2]))  # waits in the pipe behind it
     obs = envs.step(np.array([1, 1]))[0]  # behind both: must not overwrite their actions
     assert obs[:, 0].tolist() == [3.0, 3.0]

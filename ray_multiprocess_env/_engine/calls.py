@@ -90,9 +90,10 @@ class Calls:
         """
         seconds = self.pool.options.timeout if timeout is None else timeout
         seconds = self.pool.seconds_for(call.tickets, seconds)
+        deadline = deadline_in(seconds)
         try:
-            wait_tickets(call.tickets, deadline_in(seconds), len(call.tickets))
-            values = self.judge(call, seconds, resumable, restart_late=timeout is None)
+            wait_tickets(call.tickets, deadline, len(call.tickets))
+            values = self.judge(call, seconds, resumable, timeout is None, deadline)
         except TimeoutError:
             if not resumable:
                 self.abandon(call)
@@ -187,13 +188,19 @@ class Calls:
 
     # -- judging outcomes (the one place that decides: result, restart or raise) -------------
     def judge(
-        self, call: Call, seconds: float | None, resumable: bool, restart_late: bool = False
+        self,
+        call: Call,
+        seconds: float | None,
+        resumable: bool,
+        restart_late: bool = False,
+        deadline: float | None = None,
     ) -> list[Any]:
         """The values of `call`'s tickets, after restarting lost workers; or the error.
 
-        A worker that died is restarted (with ``on_actor_failure="restart"``); one that is
-        late only when `restart_late` (the vector env's own `timeout` ran out, not a shorter
-        one given to this wait).
+        A worker that died is restarted (with ``on_actor_failure="restart"``) by the call's
+        `deadline`; one that is late only when `restart_late` (the vector env's own `timeout`
+        ran out, not a shorter one given to this wait), and its replacement gets the options'
+        `bound` (the call's own time is spent).
         """
         tickets = call.tickets
         if all(t.outcome is not None and t.outcome.ok for t in tickets):  # the usual case
@@ -204,7 +211,9 @@ class Calls:
             if (t.outcome is None and restart_late) or (t.outcome is not None and t.outcome.died)
         ]
         if lost and self.pool.can_restart:
-            self._replace(call, lost)
+            if deadline is None or any(t.outcome is None for t in lost):
+                deadline = deadline_in(self.pool.options.bound)
+            self._replace(call, lost, deadline)
         failures = [t for t in call.tickets if t.outcome is not None and not t.outcome.ok]
         if failures:
             raise self.error(call, failures)
@@ -222,15 +231,18 @@ class Calls:
             )
         return [t.outcome.value for t in call.tickets if t.outcome is not None]
 
-    def _replace(self, call: Call, lost: list[Ticket]) -> None:
-        """Restart the workers of `lost` tickets and give each ticket its replacement's answer."""
+    def _replace(self, call: Call, lost: list[Ticket], deadline: float | None) -> None:
+        """Restart the workers of `lost` tickets and give each ticket its replacement's answer.
+
+        Everything (placing, starting, connecting, the replacements' answers) ends by `deadline`.
+        """
         retries = []
         for ticket in lost:
             if ticket.outcome is None and ticket.transport is not None:
                 ticket.transport.forget(ticket)
             why = "did not answer in time" if ticket.outcome is None else "died"
             cause = ticket.outcome.error if ticket.outcome is not None else None
-            self.pool.restart(ticket.worker, ticket.generation, call.label, why, cause)
+            self.pool.restart(ticket.worker, ticket.generation, call.label, why, cause, deadline)
             worker = self.pool.workers[ticket.worker]
             retry = Ticket(
                 ticket.worker,
@@ -242,7 +254,7 @@ class Calls:
             )
             worker.transport.submit(retry)
             retries.append(retry)
-        wait_tickets(retries, deadline_in(self.pool.options.restart_bound), len(retries))
+        wait_tickets(retries, deadline, len(retries))
         for ticket, retry in zip(lost, retries, strict=True):
             if retry.outcome is None or retry.outcome.died:
                 error = retry.outcome.error if retry.outcome is not None else None

@@ -147,6 +147,10 @@ class Engine(FirstReadyVerbs):
         """Whether `close` was called."""
         return self._state.state.value == "closed"
 
+    def busy_envs(self) -> list[int]:
+        """The envs with a first-ready call out (sent, not yet returned by `recv`), sorted."""
+        return self._state.busy_envs()
+
     @property
     def workers(self) -> tuple[WorkerInfo, ...]:
         """Each worker's actor, envs and node (None where not known: `node_ids` asks)."""
@@ -161,6 +165,7 @@ class Engine(FirstReadyVerbs):
         *,
         label: str = "reset",
         in_flight_ok: bool = False,
+        others_reset: bool = True,
     ) -> Batch:
         """Reset every env, or those where `mask` is True; the whole batch after it.
 
@@ -170,12 +175,14 @@ class Engine(FirstReadyVerbs):
             mask: Which envs to reset (a bool array); None: all.
             label: The method named in errors.
             in_flight_ok: Allowed while first-ready calls are out (not for their envs).
+            others_reset: A `ValueError` unless the envs `mask` leaves out were reset before
+                (their rows are part of the batch).
         """
         self._state.check_idle(label, in_flight_ok=in_flight_ok)
         envs = None if mask is None else np.flatnonzero(mask)
         if envs is not None:
             self._state.check_not_busy(envs.tolist(), "resetting it")
-        if self._store is not None and mask is not None:
+        if self._store is not None and mask is not None and others_reset:
             self._store.check_ready(mask)
         seeds = self._pool.seeds.for_reset(
             seeds, range(self.spec.num_envs) if envs is None else envs.tolist()
@@ -226,6 +233,45 @@ class Engine(FirstReadyVerbs):
         if self._store is None:
             return Batch(None, None, None, None, None, rows=self._calls.spread(replies))
         return self._assemble(replies, [None] * len(replies))
+
+    def step_envs(self, actions: Any, env_ids: Sequence[int], *, label: str = "step") -> Batch:
+        """Step exactly the envs `env_ids` (row i of `actions` for env ``env_ids[i]``) and wait.
+
+        A synchronous call of its own, with a full step's rules: all or an error, lost (and,
+        with no per-call timeout, late) workers restarted, and after an error, a timeout or an
+        interrupt the call is given up and the next call of any verb works.
+
+        Returns:
+            The batch of those envs, ascending by env (`Batch.env_ids`); for envs with no
+            batch layout, `Batch.rows` holds a result per env (None for the others).
+        """
+        self._state.check_idle(label)
+        if self._store is None:
+            per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
+            for env, action in zip(env_ids, actions, strict=True):
+                per_env[env] = (action,)
+            rows = self._calls.apply("step", per_env, None, label)
+            return Batch(None, None, None, None, None, rows=rows)
+        args, envs = self._split_per_worker(actions, env_ids)
+        call = self._calls.launch("step", args, label, envs, shared_args=True)
+        replies = self._calls.wait(call)
+        ids = np.array(sorted(env_ids), dtype=np.int64)
+        return self._assemble(replies, [None if a is None else a[1] for a in args], ids, ids)
+
+    def _split_per_worker(
+        self, actions: Any, env_ids: Sequence[int]
+    ) -> tuple[list[tuple[Any, ...] | None], list[list[int]]]:
+        """Each worker's step arguments ``(its actions, their positions)`` (None: not called)."""
+        ids = np.asarray(env_ids, dtype=np.int64)
+        args: list[tuple[Any, ...] | None] = []
+        envs: list[list[int]] = []
+        for worker in self._pool.workers:
+            rows = np.flatnonzero((ids >= worker.envs.start) & (ids < worker.envs.stop))
+            mine = ids[rows].tolist()
+            envs.append(mine)
+            chunk = take(self.spec.action_space, actions, rows.tolist()) if mine else None
+            args.append((chunk, [e - worker.envs.start for e in mine]) if mine else None)
+        return args, envs
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(
@@ -314,15 +360,22 @@ class Engine(FirstReadyVerbs):
         return self._has_method[name]
 
     def _assemble(
-        self, replies: Sequence[Any], positions: Sequence[Any], envs: np.ndarray | None = None
+        self,
+        replies: Sequence[Any],
+        positions: Sequence[Any],
+        envs: np.ndarray | None = None,
+        ids: np.ndarray | None = None,
     ) -> Batch:
-        """The batch after a call of every worker (None: not called) with these replies."""
+        """The batch after a call of every worker (None: not called) with these replies.
+
+        `envs`: the envs that ran, if not all; `ids`: hand out only those envs' rows.
+        """
         answered = [
             (worker.envs.start, reply, where)
             for worker, reply, where in zip(self._pool.workers, replies, positions, strict=True)
             if reply is not None
         ]
-        return self._collect(answered, envs, None)
+        return self._collect(answered, envs, ids)
 
     def _collect(self, answered: list[Any], envs: np.ndarray | None, ids: Any) -> Batch:
         assert self._store is not None

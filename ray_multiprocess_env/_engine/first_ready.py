@@ -25,11 +25,10 @@ from ray_multiprocess_env._engine.calls import (
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
-from ray_multiprocess_env.batch import take
 from ray_multiprocess_env.compat import reset_as_step
-from ray_multiprocess_env.errors import RemoteEnvError
+from ray_multiprocess_env.errors import RemoteEnvError, _EnvFailures
 
 __all__ = ["FirstReadyVerbs"]
 
@@ -44,6 +43,11 @@ class FirstReadyVerbs:
     _store: BatchStore | None
 
     def _collect(self, answered: list[Any], envs: np.ndarray | None, ids: Any) -> Batch:
+        raise NotImplementedError  # pragma: no cover - `Engine` defines it
+
+    def _split_per_worker(
+        self, actions: Any, env_ids: Sequence[int]
+    ) -> tuple[list[tuple[Any, ...] | None], list[list[int]]]:
         raise NotImplementedError  # pragma: no cover - `Engine` defines it
 
     def async_reset(self, seeds: Sequence[Any] | None = None, options: Any = None) -> None:
@@ -72,15 +76,7 @@ class FirstReadyVerbs:
                 per_env[env] = (action,)
             call = self._calls.launch_apply("step", per_env, None, "send")
         else:
-            ids = np.asarray(env_ids, dtype=np.int64)
-            args: list[tuple[Any, ...] | None] = []
-            envs: list[list[int]] = []
-            for worker in self._pool.workers:
-                rows = np.flatnonzero((ids >= worker.envs.start) & (ids < worker.envs.stop))
-                mine = ids[rows].tolist()
-                envs.append(mine)
-                chunk = take(self.spec.action_space, actions, rows.tolist()) if mine else None
-                args.append((chunk, [e - worker.envs.start for e in mine]) if mine else None)
+            args, envs = self._split_per_worker(actions, env_ids)
             call = self._calls.launch("step", args, "send", envs, shared_args=True)
         self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
 
@@ -131,9 +127,35 @@ class FirstReadyVerbs:
                 )
         done = self._state.take_done()
         try:
-            values = self._calls.judge(Call("step", "recv", [t for t, _ in done]), seconds, False)
+            call = Call("step", "recv", [t for t, _ in done])
+            values = self._calls.judge(call, seconds, False, deadline=deadline)
         except RemoteEnvError:  # the answers that came back fine wait for the next `recv`
             good = [(t, kind) for t, kind in done if t.outcome is not None and t.outcome.ok]
-            self._state.put_in_flight(good)
+            self._state.put_in_flight(good + _siblings(done))
             raise
         return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]
+
+
+def _siblings(done: list[tuple[Ticket, str]]) -> list[tuple[Ticket, str]]:
+    """For each ticket where some envs raised: the others' results, as a ticket of their own.
+
+    The worker's partial reply holds the rows of every env it ran; the new ticket names only
+    the envs that did not raise, so the next `recv` returns them and not the failed ones.
+    """
+    out = []
+    for ticket, kind in done:
+        outcome = ticket.outcome
+        if outcome is None or outcome.ok or outcome.died:
+            continue
+        cause = getattr(outcome.error, "cause", None)
+        if not isinstance(cause, _EnvFailures) or cause.partial is None:
+            continue
+        failed = set(cause.env_indices)
+        keep = tuple(env for env in ticket.envs if env not in failed)
+        if keep:
+            sibling = Ticket(
+                ticket.worker, ticket.generation, ticket.op, ticket.args, keep, ticket.shared_args
+            )
+            sibling.outcome = Outcome(True, cause.partial)
+            out.append((sibling, kind))
+    return out

@@ -152,11 +152,6 @@ class Options:
         """Seconds the workers' first start may take: `timeout`, at least 30 s; None: no bound."""
         return None if self.timeout is None else max(self.timeout, MIN_START_S)
 
-    @property
-    def restart_bound(self) -> float:
-        """Seconds a restart may take: `bound`, at least 30 s."""
-        return max(self.bound, MIN_START_S)
-
 
 def check_worker_options(actor_options: Mapping[str, Any]) -> None:
     """A ValueError if `actor_options` would make a worker run envs on several threads."""

@@ -132,14 +132,22 @@ class Pool:
         return self.options.on_actor_failure == "restart" and self._env_fns is not None
 
     def restart(
-        self, index: int, generation: int, label: str, why: str, cause: BaseException | None
+        self,
+        index: int,
+        generation: int,
+        label: str,
+        why: str,
+        cause: BaseException | None,
+        deadline: float | None,
     ) -> None:
         """Replace worker `index` (if still in `generation`) by a new one, its envs reset.
+
+        The new worker must be placed, started and connected by `deadline`.
 
         Raises:
             EnvCrashedError: If the worker was restarted `max_restarts` times already (chained
                 to `cause`, its last failure), or if the new worker cannot be started (placed)
-                within the options' restart bound (it names the envs and the placement).
+                by `deadline` (it names the envs and the placement).
         """
         worker = self.workers[index]
         if worker.generation != generation or self._env_fns is None:
@@ -154,7 +162,6 @@ class Pool:
             )
             budget.__cause__ = cause
             raise EnvCrashedError(worker.envs.start, label, budget, env_indices=envs) from budget
-        self._restarts[index] = restarts + 1
         logger.warning(
             "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
         )
@@ -162,14 +169,18 @@ class Pool:
         seeds = self.seeds.for_restart(worker.envs)
         worker.generation += 1
         fns = self._env_fns[worker.envs.start : worker.envs.stop]
-        worker.actor = self.launcher.create(index, fns, worker.envs, seeds)
-        deadline = deadline_in(self.options.restart_bound)
         try:
+            worker.actor = self.launcher.create(index, fns, worker.envs, seeds)
             self.launcher.connect([worker], deadline, label)
             self.launcher.open([worker], self.shared, self.columns, deadline)
         except (TimeoutError, ValueError, EnvCrashedError) as err:  # (ValueError: no node fits)
+            self._restarts[index] = restarts + 1  # a failed try counts; an interrupted one not
             self.launcher.kill(worker)
             raise EnvCrashedError(worker.envs.start, label, err, env_indices=worker.envs) from err
+        except BaseException:  # interrupted: the next call finds it lost and tries again
+            self.launcher.kill(worker)
+            raise
+        self._restarts[index] = restarts + 1  # counted once the replacement is connected
 
     def close_envs(self, seconds: float) -> list[Ticket]:
         """Ask every worker to close its envs; the tickets that failed or are late."""

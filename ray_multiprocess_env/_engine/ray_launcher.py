@@ -209,10 +209,14 @@ class RayLauncher:
         placement = self.options.placement
         where = f" with `placement={placement!r}`" if placement is not None else ""
         envs = [i for worker in workers for i in worker.envs]
-        seconds = self.options.start_bound if label == "start" else self.options.restart_bound
+        within = (
+            f"within {self.options.start_bound:g} s"
+            if label == "start" and self.options.start_bound is not None
+            else "before the call's `timeout` ran out"
+        )
         return (
-            f"`{label}`: the worker(s) of env(s) {envs} did not start within "
-            f"{seconds:g} s{where}; the cluster has "
+            f"`{label}`: the worker(s) of env(s) {envs} did not start {within}{where}; the "
+            "cluster has "
             f"{ray.available_resources()} free of {ray.cluster_resources()}. "  # type: ignore[no-untyped-call]
             "Check that the placement can be satisfied (nodes, resources), or raise `timeout`."
         )

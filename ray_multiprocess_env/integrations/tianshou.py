@@ -167,7 +167,11 @@ class TianshouVectorEnv(BaseVectorEnv):
         seeds: list[int | None] = [seed if chosen else None for chosen in mask.tolist()]
         everything = mask.all() and not self.is_async  # (else: refused for envs in flight)
         batch = self._engine.reset(
-            seeds, options, None if everything else mask, in_flight_ok=self.is_async
+            seeds,
+            options,
+            None if everything else mask,
+            in_flight_ok=self.is_async,
+            others_reset=False,  # (Tianshou resets any envs first; only theirs are returned)
         )
         return reset_result(batch, ids, self._engine.spec)
 
@@ -200,13 +204,17 @@ class TianshouVectorEnv(BaseVectorEnv):
                     f"`action` has {len(action)} entries for {len(ids)} env(s) in `id`; pass "
                     "one action per env."
                 )
-            if not self.is_async and ids == list(range(self.env_num)):
-                self._engine.step_async(self._action_batch(action))
-                return step_result(self._engine.step_wait(), ids, self._engine.spec)
+            if not self.is_async:
+                batch = self._engine.step_envs(self._action_batch(action), ids)
+                return step_result(batch, ids, self._engine.spec)
             self._engine.send(self._action_batch(action), ids)
             self.waiting_id += ids
             self.ready_id = [env for env in self.ready_id if env not in set(ids)]
-        batch = self._recv_first() if self.is_async else self._engine.recv()
+        try:
+            batch = self._recv_first()
+        except BaseException:  # envs whose call failed or was given up on are no longer out
+            self._settle_waiting()
+            raise
         assert batch.env_ids is not None
         returned = batch.env_ids.tolist()
         done = set(returned)
@@ -291,6 +299,13 @@ class TianshouVectorEnv(BaseVectorEnv):
         if isinstance(ids, np.ndarray):
             ids = ids.tolist()
         return check_env_ids(ids, self.env_num, argument)
+
+    def _settle_waiting(self) -> None:
+        """After a failed or interrupted `step`: the envs no longer out are ready again."""
+        out = set(self._engine.busy_envs())
+        back = [env for env in self.waiting_id if env not in out]
+        self.waiting_id = [env for env in self.waiting_id if env in out]
+        self.ready_id += back
 
     def _recv_first(self) -> Batch:
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""

@@ -25,11 +25,12 @@ from tianshou.env import BaseVectorEnv, DummyVectorEnv  # noqa: E402
 
 from ray_multiprocess_env import (  # noqa: E402
     GymAPIBridge,
+    RemoteEnvError,
     TianshouVectorEnv,
     make_tianshou_vector_env,
 )
-from tests.envs import DictObsEnv, FlakyEnv, WalkEnv  # noqa: E402
-from tests.helpers import assert_same  # noqa: E402
+from tests.envs import DictObsEnv, FlakyEnv, RaisingEnv, WalkEnv  # noqa: E402
+from tests.helpers import assert_same, interrupt_after  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -48,7 +49,9 @@ def _policy():
 
 
 def _buffer_fields(buffer):
-    data = buffer[np.arange(len(buffer))]  # (the buffer's rows in its own order)
+    rows = buffer.sample_indices(0)  # every stored row of every env's sub-buffer
+    assert len(rows) == len(buffer)
+    data = buffer[rows]
     fields = {k: np.asarray(getattr(data, k)) for k in ("obs", "act", "rew", "obs_next")}
     fields |= {k: np.asarray(getattr(data, k)) for k in ("terminated", "truncated")}
     fields["env_id"] = np.asarray(data.info.env_id)
@@ -246,3 +249,116 @@ def test_importing_the_package_does_not_import_tianshou():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
+
+
+# -- every verb recovers (an error, a timeout or Ctrl-C in a step of some envs) ---------------
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_a_subset_step_that_raises_leaves_every_call_usable(transport):
+    """`step(action, id=[3, 1])` where env 1 raises: then `reset(1)`, `reset()`, steps work."""
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        with pytest.raises(RemoteEnvError, match="env 1 failed in `step`"):
+            envs.step(np.array([1, -1]), [3, 1])
+        obs, _ = envs.reset(1)
+        assert obs.tolist() == [[0.0]]
+        envs.reset()
+        obs, _, _, _, infos = envs.step(np.array([2, 1]), [3, 1])
+        assert obs[:, 0].tolist() == [2.0, 1.0]
+        assert [info["env_id"] for info in infos] == [3, 1]
+
+
+class _ZeroPolicy(Policy):
+    """Action 0 for every row (for envs whose observations CartPole's policy cannot read)."""
+
+    def forward(self, batch, state=None, **kwargs):
+        """Zeros, one per row."""
+        return Batch(act=np.zeros(len(batch.obs), dtype=np.int64), state=state)
+
+
+def test_a_collector_goes_on_after_an_env_raised():
+    """Tianshou's Collector: `collect` raises (an env raised), then `reset` and `collect` work."""
+    fns = [functools.partial(RaisingEnv, every) for every in (0, 5, 0, 0)]
+    envs = TianshouVectorEnv(fns, envs_per_worker=2)
+    probe = RaisingEnv()
+    policy = _ZeroPolicy(action_space=probe.action_space, observation_space=probe.observation_space)
+    with contextlib.closing(envs):
+        collector = Collector(policy, envs, VectorReplayBuffer(1000, 4))
+        collector.reset()
+        with pytest.raises(RemoteEnvError, match="env 1 failed in `step`"):
+            collector.collect(n_episode=2)  # (it steps envs 0 and 1)
+        collector.reset()
+        assert collector.collect(n_step=8).n_collected_steps == 8  # (env 1 raises at 10)
+
+
+def test_ctrl_c_in_a_subset_step_leaves_every_call_usable():
+    """Ctrl-C during `step(action, id=[2, 0])`: then `reset()` and steps work."""
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("delay", 0.5)
+        with pytest.raises(KeyboardInterrupt), interrupt_after(0.1, signal_now=True):
+            envs.step(np.array([1, 1]), [2, 0])
+        envs.set_env_attr("delay", 0.0)  # (behind the interrupted step, which ran)
+        obs, _ = envs.reset()
+        assert obs[:, 0].tolist() == [0.0] * 4
+        assert envs.step(np.array([1, 2]), [2, 0])[0][:, 0].tolist() == [1.0, 2.0]
+
+
+def test_a_subset_step_that_times_out_leaves_every_call_usable():
+    """A `TimeoutError` in a subset step; once the env answers, the next calls work."""
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, timeout=1.0)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("delay", 1.5, id=[1])
+        with pytest.raises(TimeoutError, match=r"env\(s\) \[1\] did not answer"):
+            envs.step(np.array([1, 1]), [3, 1])
+        time.sleep(2.0)  # the late step finishes in its worker
+        envs.set_env_attr("delay", 0.0)
+        envs.reset()
+        assert envs.step(np.array([1, 1]), [3, 1])[0][:, 0].tolist() == [1.0, 1.0]
+
+
+def test_a_subset_step_restarts_a_late_worker_as_a_full_step_does():
+    """With `on_actor_failure="restart"`, a subset step replaces a worker that hangs."""
+    envs = TianshouVectorEnv(
+        [FlakyEnv] * 4, envs_per_worker=2, timeout=2.0, on_actor_failure="restart"
+    )
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("delay", 60.0, id=[1])
+        _, _, _, truncated, infos = envs.step(np.array([1, 1]), [3, 1])
+        assert truncated.tolist() == [False, True]
+        assert infos[1]["env_crashed"]
+        assert envs.step(np.array([1, 1]), [3, 1])[0][:, 0].tolist() == [2.0, 1.0]
+
+
+def test_an_env_that_raises_in_async_mode_is_ready_again():
+    """`wait_num=2`, env 1 raises: it leaves `waiting_id`; after `reset(1)` all works."""
+    fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.2, 0.0, 0.2, 0.2)]
+    envs = TianshouVectorEnv(fns, wait_num=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("position", None, id=[1])  # its next step raises (None + 1)
+        with pytest.raises(RemoteEnvError, match="env 1 failed"):
+            envs.step(np.ones(4), np.arange(4))
+        assert 1 not in envs.waiting_id
+        while envs.waiting_id:
+            envs.step(None)
+        envs.reset(1)
+        assert envs.waiting_id == []
+        assert sorted(envs.ready_id) == [0, 1, 2, 3]
+        assert envs.get_env_attr("size") == [1000] * 4  # (`render` is allowed: nothing out)
+        *_, infos = envs.step(np.ones(4), np.arange(4))
+        assert len(infos) >= 2
+
+
+def test_resetting_some_envs_first_returns_their_observations():
+    """`reset([1, 2], seed=3)` as the first call returns what DummyVectorEnv returns."""
+    ours = TianshouVectorEnv([CARTPOLE] * 4, envs_per_worker=2)
+    theirs = DummyVectorEnv([CARTPOLE] * 4)
+    with contextlib.closing(ours), contextlib.closing(theirs):
+        obs, infos = ours.reset([1, 2], seed=3)
+        expected, _ = theirs.reset([1, 2], seed=3)
+        np.testing.assert_array_equal(obs, expected)
+        assert len(infos) == 2

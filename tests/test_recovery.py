@@ -1,0 +1,116 @@
+"""Every verb recovers: after an env error or an interrupt, nothing is lost or counted twice.
+
+First-ready `recv` keeps the results of a failed env's worker siblings (they come back with
+the next `recv`), and a worker restart interrupted by Ctrl-C is neither counted against
+`max_restarts` nor leaves the vector env restarting a healthy replacement.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvError
+from tests.envs import DyingEnv, FlakyEnv
+
+TRANSPORTS = ["auto", "pipe", "ray"]
+
+
+def _recv_until_error(recv, received):
+    """Call `recv` until it raises; what each call returned is added to `received`."""
+    while True:
+        received.update(recv())
+
+
+def _gymnasium_recv(envs, **kwargs):
+    """``{env id: first observation entry}`` of one `GymnasiumVectorEnv.recv`."""
+    obs, *_, infos = envs.recv(**kwargs)
+    return {int(env): float(row[0]) for env, row in zip(infos["env_id"], obs, strict=True)}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_recv_after_an_env_error_returns_the_failed_envs_siblings(transport):
+    """4 envs in 2 workers, env 1 raises: the next `recv` returns 0, 2 and 3, stepped once."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    try:
+        envs.async_reset()
+        envs.recv()
+        envs.send(np.array([1, -1, 2, 2]), [0, 1, 2, 3])
+        received: dict[int, float] = {}  # (worker 1 may come back first, in a `recv` of its own)
+        with pytest.raises(RemoteEnvError, match="env 1 failed in `recv`") as caught:
+            _recv_until_error(lambda: _gymnasium_recv(envs, batch_size=1), received)
+        assert list(caught.value.env_indices) == [1]
+        received.update(_gymnasium_recv(envs))
+        assert received == {0: 1.0, 2: 2.0, 3: 2.0}  # each stepped exactly once
+        envs.reset(options={"reset_mask": np.array([False, True, False, False])})
+        envs.send(np.array([1, 1, 1, 1]), [0, 1, 2, 3])
+        assert _gymnasium_recv(envs) == {0: 2.0, 1: 1.0, 2: 3.0, 3: 3.0}
+    finally:
+        envs.close()
+
+
+def test_pfrl_recv_after_an_env_error_returns_the_siblings():
+    """The pfrl face's `recv` also hands back the siblings of a failed env next time."""
+    envs = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2)
+    try:
+        envs.reset()
+        envs.send([1, -1, 2, 2], [0, 1, 2, 3])
+
+        def recv(**kwargs):
+            env_ids, (obs, *_) = envs.recv(**kwargs)
+            return {env: float(row[0]) for env, row in zip(env_ids, obs, strict=True)}
+
+        received: dict[int, float] = {}
+        with pytest.raises(RemoteEnvError, match="env 1 failed"):
+            _recv_until_error(lambda: recv(batch_size=1), received)
+        received.update(recv())
+        assert received == {0: 1.0, 2: 2.0, 3: 2.0}
+    finally:
+        envs.close()
+
+
+class _InterruptOnRestart(logging.Handler):
+    """Sends SIGINT to the main thread `delay` s after the first restart begins (once)."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay, self.fired = delay, False
+        self.main = threading.main_thread().ident
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "restarting it" in record.getMessage() and not self.fired:
+            self.fired = True
+            kill = functools.partial(signal.pthread_kill, self.main, signal.SIGINT)
+            threading.Timer(self.delay, kill).start()
+
+
+def test_an_interrupted_restart_is_not_counted_and_the_next_call_restarts_once(caplog):
+    """Ctrl-C while a lost worker's replacement starts: the next step restarts it, in budget."""
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 2, envs_per_worker=1, on_actor_failure="restart", max_restarts=1, timeout=60
+    )
+    interrupter = _InterruptOnRestart(0.2)  # (a replacement takes longer than that to start)
+    pool_logger = logging.getLogger("ray_multiprocess_env._engine.pool")
+    pool_logger.addHandler(interrupter)
+    try:
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, -100])  # env 0's worker dies at its next step, env 1 lives
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.array([1, 1]))
+        assert interrupter.fired
+        _, _, _, truncated, infos = envs.step(np.array([1, 1]))  # restarts it, within budget
+        assert truncated.tolist() == [True, False]
+        assert infos["env_crashed"].tolist() == [True, False]
+        envs.set_attr("taken", [-100, -100])
+        for _ in range(3):  # the replacement is healthy: no restart, no error
+            envs.step(np.array([1, 1]))
+    finally:
+        pool_logger.removeHandler(interrupter)
+        envs.close()
+    restarts = [r for r in caplog.records if "restarting it" in r.getMessage()]
+    assert len(restarts) == 2  # the interrupted try and the one that connected
