@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import enum
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
@@ -43,11 +45,13 @@ class CallState:
     `name` is the face's class name, for messages.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, num_envs: int) -> None:
         self.name = name
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
         self.in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
+        self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the tickets in flight
+        self.busy_count = 0
 
     def check_open(self, name: str) -> None:
         """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
@@ -100,13 +104,25 @@ class CallState:
 
     def put_in_flight(self, tickets: Iterable[tuple[Ticket, str]]) -> None:
         """First-ready tickets are out."""
-        self.in_flight.extend(tickets)
+        busy = self.busy
+        for item in tickets:
+            envs = item[0].envs
+            busy.put(envs, True)
+            self.busy_count += len(envs)
+            self.in_flight.append(item)
         self._settle_state()
 
     def take_done(self) -> list[tuple[Ticket, str]]:
         """The first-ready tickets that have an outcome, no longer in flight."""
-        done = [(t, kind) for t, kind in self.in_flight if t.outcome is not None]
-        self.in_flight = [(t, kind) for t, kind in self.in_flight if t.outcome is None]
+        done: list[tuple[Ticket, str]] = []
+        left: list[tuple[Ticket, str]] = []
+        for item in self.in_flight:
+            (left if item[0].outcome is None else done).append(item)
+        busy = self.busy
+        for ticket, _ in done:
+            busy.put(ticket.envs, False)
+            self.busy_count -= len(ticket.envs)
+        self.in_flight = left
         self._settle_state()
         return done
 
@@ -118,25 +134,27 @@ class CallState:
         """Closed; what was pending and in flight, to give up."""
         out = (self.pending, self.in_flight)
         self.pending, self.in_flight, self.state = None, [], State.CLOSED
+        self.busy[:], self.busy_count = False, 0
         return out
 
     def busy_envs(self) -> list[int]:
         """The envs with a first-ready call in flight, sorted."""
-        return sorted(i for ticket, _ in self.in_flight for i in ticket.envs)
+        envs: list[int] = np.flatnonzero(self.busy).tolist()
+        return envs
 
-    def check_not_busy(self, env_ids: Iterable[int], then: str) -> None:
+    def check_not_busy(self, env_ids: Sequence[int], then: str) -> None:
         """A ValueError naming the first of `env_ids` with a first-ready call in flight."""
-        busy = set(self.busy_envs())
-        for env in env_ids:
-            if env in busy:
-                raise ValueError(
-                    f"env {env} already has a call in flight; `recv` its result before {then}."
-                )
+        if not self.busy_count or not self.busy[env_ids].any():
+            return
+        env = next(env for env in env_ids if self.busy[env])
+        raise ValueError(
+            f"env {env} already has a call in flight; `recv` its result before {then}."
+        )
 
     def recv_size(self, batch_size: Any) -> int:
         """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
         self.check_open("recv")
-        busy = len(self.busy_envs())
+        busy = self.busy_count
         if not busy:
             raise NoPendingCallError(
                 "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "

@@ -43,11 +43,13 @@ class Calls:
         op: str,
         args_per_worker: Sequence[tuple[Any, ...] | None],
         label: str,
-        envs_per_worker: Sequence[Sequence[int]] | None = None,
+        envs_per_worker: Sequence[Sequence[int] | None] | None = None,
         *,
         shared_args: bool = False,
     ) -> Call:
         """Send `op` with ``args_per_worker[w]`` to each worker ``w`` whose args are not None.
+
+        ``envs_per_worker[w]`` are the envs that concern it (None, or no list: all of its envs).
 
         The whole launch happens or none of it: arguments that cannot be serialized are a
         `TypeError` before anything is sent, and a ``KeyboardInterrupt`` waits until every
@@ -58,7 +60,8 @@ class Calls:
         for worker, args in zip(self.pool.workers, args_per_worker, strict=True):
             if args is None:
                 continue
-            envs = worker.envs if envs_per_worker is None else envs_per_worker[worker.index]
+            envs = None if envs_per_worker is None else envs_per_worker[worker.index]
+            envs = worker.envs if envs is None else envs
             ticket = Ticket(worker.index, worker.generation, op, args, tuple(envs), shared_args)
             try:
                 encoded.append(worker.transport.encode(ticket))

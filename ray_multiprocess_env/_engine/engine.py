@@ -76,9 +76,10 @@ class Engine(FirstReadyVerbs):
         self, pool: Pool, *, name: str, info_layout: str = "batched", uniform: str = "require"
     ) -> None:
         self._pool, self._calls = pool, Calls(pool)
-        self._state = CallState(name)
+        self._state = CallState(name, pool.num_envs)
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
+        self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
         try:
             self.spec = EngineSpec(pool.num_envs)
             if uniform != "none":
@@ -260,17 +261,50 @@ class Engine(FirstReadyVerbs):
 
     def _split_per_worker(
         self, actions: Any, env_ids: Sequence[int]
-    ) -> tuple[list[tuple[Any, ...] | None], list[list[int]]]:
-        """Each worker's step arguments ``(its actions, their positions)`` (None: not called)."""
+    ) -> tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]]:
+        """Each worker's step arguments ``(its actions, their positions)`` (None: not called).
+
+        Also the envs each worker steps (None: all of its envs, in order, positions None).
+        """
+        split = self._split_whole_workers(actions, env_ids)
+        if split is not None:
+            return split
         ids = np.asarray(env_ids, dtype=np.int64)
         args: list[tuple[Any, ...] | None] = []
-        envs: list[list[int]] = []
+        envs: list[Sequence[int] | None] = []
         for worker in self._pool.workers:
             rows = np.flatnonzero((ids >= worker.envs.start) & (ids < worker.envs.stop))
             mine = ids[rows].tolist()
             envs.append(mine)
             chunk = take(self.spec.action_space, actions, rows.tolist()) if mine else None
             args.append((chunk, [e - worker.envs.start for e in mine]) if mine else None)
+        return args, envs
+
+    def _split_whole_workers(
+        self, actions: Any, env_ids: Sequence[int]
+    ) -> tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]] | None:
+        """`_split_per_worker` for whole workers' envs in order (what `recv` hands back).
+
+        Each worker gets a slice of `actions`; None if `env_ids` are not such envs.
+        """
+        workers, owner = self._pool.workers, self._owner
+        args: list[tuple[Any, ...] | None] = [None] * len(workers)
+        envs: list[Sequence[int] | None] = [()] * len(workers)
+        row, count, bounds = 0, len(env_ids), []
+        while row < count:
+            worker = workers[owner[env_ids[row]]]
+            start, stop = worker.envs.start, worker.envs.stop
+            end = row + stop - start
+            if env_ids[row] != start or end > count or env_ids[end - 1] != stop - 1:
+                return None
+            if args[worker.index] is not None or list(env_ids[row:end]) != worker.env_list:
+                return None
+            args[worker.index], envs[worker.index] = (), None
+            bounds.append((worker.index, row, end))
+            row = end
+        chunks = split_batch(self.spec.action_space, actions, [(a, b) for _, a, b in bounds])
+        for (index, _, _), chunk in zip(bounds, chunks, strict=True):
+            args[index] = (chunk, None)
         return args, envs
 
     # -- calls on envs -----------------------------------------------------------------------------
@@ -377,9 +411,11 @@ class Engine(FirstReadyVerbs):
         ]
         return self._collect(answered, envs, ids)
 
-    def _collect(self, answered: list[Any], envs: np.ndarray | None, ids: Any) -> Batch:
+    def _collect(
+        self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
+    ) -> Batch:
         assert self._store is not None
-        batch, specs = self._store.collect(answered, envs, ids)
+        batch, specs = self._store.collect(answered, envs, ids, every_row)
         if specs:  # numeric info keys seen for the first time get columns in shared memory
             self._pool.columns += specs
             for worker in self._pool.workers:

@@ -32,6 +32,10 @@ from ray_multiprocess_env.errors import RemoteEnvError, _EnvFailures
 
 __all__ = ["FirstReadyVerbs"]
 
+#: The handle of a ticket made of the envs that did not raise in a worker's failed call: the
+#: reply it holds also has the rows of the envs that raised (`recv` must leave them out).
+_PARTIAL = object()
+
 
 class FirstReadyVerbs:
     """The first-ready verbs of `Engine` (which provides the attributes below)."""
@@ -42,12 +46,14 @@ class FirstReadyVerbs:
     _state: CallState
     _store: BatchStore | None
 
-    def _collect(self, answered: list[Any], envs: np.ndarray | None, ids: Any) -> Batch:
+    def _collect(
+        self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
+    ) -> Batch:
         raise NotImplementedError  # pragma: no cover - `Engine` defines it
 
     def _split_per_worker(
         self, actions: Any, env_ids: Sequence[int]
-    ) -> tuple[list[tuple[Any, ...] | None], list[list[int]]]:
+    ) -> tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]]:
         raise NotImplementedError  # pragma: no cover - `Engine` defines it
 
     def async_reset(self, seeds: Sequence[Any] | None = None, options: Any = None) -> None:
@@ -98,12 +104,13 @@ class FirstReadyVerbs:
             received.sort(key=lambda item: item[0])
             ids = np.array([env for env, _ in received], dtype=np.int64)
             return Batch(None, None, None, None, None, ids, rows=[r for _, r in received])
+        workers = self._pool.workers
         ids = np.array(sorted(e for ticket, _, _ in done for e in ticket.envs), dtype=np.int64)
         answered = [
-            (self._pool.workers[t.worker].envs.start, value, ticket_positions(t))
-            for t, _, value in done
+            (workers[t.worker].envs.start, value, ticket_positions(t)) for t, _, value in done
         ]
-        return self._collect(answered, ids, ids)
+        every_row = all(t.handle is not _PARTIAL for t, _, _ in done)
+        return self._collect(answered, ids, ids, every_row)
 
     def _first(self, min_envs: int, timeout: float | None) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
@@ -114,17 +121,22 @@ class FirstReadyVerbs:
         seconds = self._pool.options.timeout if timeout is None else timeout
         seconds = self._pool.seconds_for(tickets, seconds)
         deadline = deadline_in(seconds)
-        while any(t.outcome is None for t in tickets) and (
-            sum(len(t.envs) for t in tickets if t.outcome is not None) < min_envs
-        ):
-            before = sum(t.outcome is not None for t in tickets)
-            wait_tickets(tickets, deadline, before + 1)
-            if sum(t.outcome is not None for t in tickets) == before:
+        progress = -1
+        while True:
+            settled = envs_in = 0
+            for ticket in tickets:
+                if ticket.outcome is not None:
+                    settled, envs_in = settled + 1, envs_in + len(ticket.envs)
+            if settled == len(tickets) or envs_in >= min_envs:
+                break
+            if settled == progress:  # the last wait ended at the deadline with nothing new
                 late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
                 raise TimeoutError(
                     f"`recv` timed out after {seconds} s: env(s) {late} did not answer. They "
                     "stay in flight: call `recv` again to wait longer, or close this vector env."
                 )
+            progress = settled
+            wait_tickets(tickets, deadline, settled + 1)
         done = self._state.take_done()
         try:
             call = Call("step", "recv", [t for t, _ in done])
@@ -156,6 +168,6 @@ def _siblings(done: list[tuple[Ticket, str]]) -> list[tuple[Ticket, str]]:
             sibling = Ticket(
                 ticket.worker, ticket.generation, ticket.op, ticket.args, keep, ticket.shared_args
             )
-            sibling.outcome = Outcome(True, cause.partial)
+            sibling.outcome, sibling.handle = Outcome(True, cause.partial), _PARTIAL
             out.append((sibling, kind))
     return out

@@ -255,6 +255,10 @@ def check_length(argument: str, value: Any, num_envs: int, expected: str) -> Non
 
 def check_env_ids(env_ids: Any, num_envs: int, argument: str = "env_ids") -> list[int]:
     """`env_ids` as a list of distinct ints in ``0..num_envs-1``, or an error naming it."""
+    if type(env_ids) is np.ndarray and env_ids.ndim == 1 and env_ids.dtype.kind in "iu":
+        fast: list[int] = env_ids.tolist()  # (what `recv` hands out: the hot path)
+        if fast and min(fast) >= 0 and max(fast) < num_envs and len(set(fast)) == len(fast):
+            return fast
     if isinstance(env_ids, (numbers.Integral, str, bytes)) or not isinstance(env_ids, Iterable):
         raise TypeError(f"`{argument}` must be a list of env indices, got {env_ids!r}.")
     ids = list(env_ids)

@@ -28,10 +28,11 @@ logger = logging.getLogger(__name__)
 class Worker:
     """One worker: its actor, its envs, the transport its operations go over, its node."""
 
-    __slots__ = ("actor", "envs", "generation", "index", "node_id", "transport")
+    __slots__ = ("actor", "env_list", "envs", "generation", "index", "node_id", "transport")
 
     def __init__(self, index: int, actor: Any, envs: range, transport: Transport) -> None:
         self.index, self.actor, self.envs, self.transport = index, actor, envs, transport
+        self.env_list = list(envs)
         self.generation = 0
         self.node_id: str | None = None
 

@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._engine.records import Batch
-from ray_multiprocess_env._protocol.infos import InfoColumn, learnable, merge_infos
+from ray_multiprocess_env._protocol.infos import InfoColumn, columns_of, learnable, merge_infos
 from ray_multiprocess_env._protocol.shared_layout import (
     ColumnBlock,
     SharedBatch,
@@ -98,7 +98,11 @@ class BatchStore:
             )
 
     def collect(
-        self, answered: list[tuple[int, Any, Any]], envs: np.ndarray | None, env_ids: Any
+        self,
+        answered: list[tuple[int, Any, Any]],
+        envs: np.ndarray | None,
+        env_ids: Any,
+        every_row: bool = True,
     ) -> tuple[Batch, list[dict[str, Any]]]:
         """The batch of a call from its replies, and the specs of any new info columns.
 
@@ -106,6 +110,8 @@ class BatchStore:
             answered: ``(first env of a worker, its reply, the positions it ran)`` each.
             envs: The envs that ran, if not all.
             env_ids: For the rows of some envs only (`recv`): those envs, ascending.
+            every_row: Every env the replies ran is in `env_ids` (False: the rows of envs
+                that raised are left out, and their infos must be looked at row by row).
         """
         old_api, parts, pieces = False, [], False
         for start, reply, positions in answered:
@@ -115,8 +121,37 @@ class BatchStore:
             infos = reply[4]
             parts.append((start, infos))
             pieces |= type(infos) is tuple and infos[0] is not None
-        batch = self.batch(parts, old_api, envs, env_ids)
+        if env_ids is not None and every_row and not pieces:
+            batch = self._rows_of(env_ids, parts, old_api)  # (first-ready's hot path)
+        else:
+            batch = self.batch(parts, old_api, envs, env_ids)
         return batch, (self.learn(parts) if pieces else [])
+
+    def _rows_of(self, env_ids: np.ndarray, parts: list[tuple[int, Any]], old_api: bool) -> Batch:
+        """The batch of the envs `env_ids` (ascending), all of which ran, with no info pieces.
+
+        Copies of their rows; a run of consecutive envs (a worker's) is one slice.
+        """
+        first, last = int(env_ids[0]), int(env_ids[-1])
+        rows: Any = slice(first, last + 1) if last - first + 1 == len(env_ids) else env_ids
+        observations = self.observations
+        if type(observations) is np.ndarray:
+            observations = observations[rows].copy() if type(rows) is slice else observations[rows]
+        elif self._obs_list is None:
+            observations = take(self._space, observations, env_ids.tolist())
+        else:
+            observations = stack(self._space, [self._obs_list[i] for i in env_ids.tolist()])
+        arrays = (self.rewards[rows], self.terminations[rows], self.truncations[rows])
+        if type(rows) is slice:
+            arrays = tuple(array.copy() for array in arrays)
+        if self._batched_infos:
+            written = 0
+            for _, (_, bits) in parts:
+                written |= bits
+            infos: Any = columns_of(self.columns, written, rows)
+        else:
+            infos = self._infos(parts, len(env_ids), env_ids, _rows_map(env_ids, self.num_envs))
+        return Batch(observations, *arrays, infos, env_ids, old_api, False)
 
     # -- in ---------------------------------------------------------------------------------------
     def put(self, start: int, positions: Sequence[int] | None, reply: Any) -> None:
@@ -160,8 +195,7 @@ class BatchStore:
         if env_ids is None:
             size, env_rows = self.num_envs, None
         else:
-            size, env_rows = len(env_ids), np.full(self.num_envs, -1)
-            env_rows[env_ids] = np.arange(size)
+            size, env_rows = len(env_ids), _rows_map(env_ids, self.num_envs)
         infos = self._infos(list(parts), size, envs, env_rows)
         if env_ids is None:
             if self._obs_list is None:
@@ -236,3 +270,10 @@ def _copy_rows(space: Any, batch: Any, rows: Any, values: Any) -> None:
             _copy_rows(space[i], part, rows, values[i])
     else:
         batch[rows] = values
+
+
+def _rows_map(env_ids: np.ndarray, num_envs: int) -> np.ndarray:
+    """The row of each env in a batch of the envs `env_ids` (-1: not in it)."""
+    env_rows = np.full(num_envs, -1)
+    env_rows[env_ids] = np.arange(len(env_ids))
+    return env_rows

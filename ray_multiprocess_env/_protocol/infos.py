@@ -33,6 +33,7 @@ __all__ = [
     "InfoBatcher",
     "InfoColumn",
     "Piece",
+    "columns_of",
     "learnable",
     "merge_infos",
     "unbatch_infos",
@@ -256,14 +257,26 @@ def merge_infos(
 
 def _columns_only(columns: Sequence[InfoColumn], written: int) -> dict[str, Any]:
     """The infos of a call of every env whose infos are all in the columns (the hot path)."""
+    return columns_of(columns, written, slice(None))
+
+
+def columns_of(columns: Sequence[InfoColumn], written: int, rows: Any) -> dict[str, Any]:
+    """The infos of the envs `rows` (a slice or an index array), all in the columns.
+
+    Every env of those rows ran in the call and none had an info outside the columns; the
+    columns written (`written`, a bit each) hold this call's values, the others none.
+    """
     infos: dict[str, Any] = {}
+    copy = type(rows) is slice  # (an index array copies already)
     for i, column in enumerate(columns):
         if written >> i & 1:
             path = column.path
             node = infos
             for key in path[:-1]:
                 node = node.setdefault(key, {})
-            node[path[-1]], node[f"_{path[-1]}"] = column.values.copy(), column.mask.copy()
+            values, mask = column.values[rows], column.mask[rows]
+            node[path[-1]] = values.copy() if copy else values
+            node[f"_{path[-1]}"] = mask.copy() if copy else mask
     return infos
 
 

@@ -206,8 +206,10 @@ def _write_all(fd: int, data: bytes) -> None:
 
 # -- the driver's end ----------------------------------------------------------------------------
 Guard = Callable[[], AbstractContextManager[Any]]
-#: How much the driver reads at once (it asks the kernel for pipes of this size).
+#: The size the driver asks the kernel to give its pipes.
 PIPE_SIZE = 1 << 20
+#: How much the driver reads at once (more is read in turn).
+_READ_SIZE = 1 << 16
 
 
 class Outbox:
@@ -263,19 +265,28 @@ class Inbox:
     def __init__(self, guard: Guard) -> None:
         self._data = bytearray()
         self._guard = guard
+        self._scratch: bytearray | None = None  # what one read fills (made at the first read)
 
     def pump(self, fd: int) -> tuple[list[tuple[int, bytes]], bool]:
-        """Read what has arrived: the whole messages ``(seq, payload)``, and whether it ended."""
-        ended = False
+        """Read what has arrived: the whole messages ``(seq, payload)``, and whether it ended.
+
+        Reads go into a buffer made once: ``os.read`` of a large size allocates (and maps)
+        that much memory on every call, which costs more than the read of a small reply.
+        """
+        if self._scratch is None:
+            self._scratch = bytearray(_READ_SIZE)
+        scratch, ended = self._scratch, False
         with self._guard():
-            while not ended:
+            while True:
                 try:
-                    chunk = os.read(fd, PIPE_SIZE)
+                    count = os.readv(fd, [scratch])
                 except BlockingIOError:
                     break
-                ended = not chunk
-                self._data += chunk
-                if len(chunk) < PIPE_SIZE // 2:
+                if not count:
+                    ended = True
+                    break
+                self._data += memoryview(scratch)[:count]
+                if count < _READ_SIZE:
                     break  # all there was, most likely: `poll` tells when more comes
             return self._take(), ended
 

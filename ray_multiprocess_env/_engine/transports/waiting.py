@@ -21,26 +21,44 @@ def wait_tickets(tickets: Sequence[Ticket], deadline: float | None, need: int) -
     are waited on in turn in short slices; when all are needed, one kind after the other.
     """
     while True:
-        open_tickets = [t for t in tickets if t.outcome is None]
+        open_tickets: list[Ticket] = []
+        waiter: Waiter | None = None
+        mixed = False
+        for ticket in tickets:
+            if ticket.outcome is None:
+                open_tickets.append(ticket)
+                assert ticket.transport is not None
+                kind = ticket.transport.waiter
+                mixed |= waiter is not None and kind is not waiter
+                waiter = kind
         settled = len(tickets) - len(open_tickets)
         if settled >= need or not open_tickets:
             return
-        groups: dict[int, tuple[Waiter, list[Ticket]]] = {}
-        for ticket in open_tickets:
-            assert ticket.transport is not None
-            waiter = ticket.transport.waiter
-            groups.setdefault(id(waiter), (waiter, []))[1].append(ticket)
-        if len(groups) == 1:
-            ((waiter, group),) = groups.values()
-            waiter.wait(group, deadline, need - settled)
-        elif need >= len(tickets):  # all of them: one kind after the other
-            for waiter, group in groups.values():
-                waiter.wait(group, deadline, len(group))
-        else:  # the first to finish of any kind: take turns in short slices
-            for waiter, group in groups.values():
-                slice_end = time.monotonic() + _SLICE_S
-                waiter.wait(group, slice_end if deadline is None else min(deadline, slice_end), 1)
+        if not mixed:  # one kind of transport (the usual case)
+            assert waiter is not None
+            waiter.wait(open_tickets, deadline, need - settled)
+        else:
+            _wait_mixed(open_tickets, deadline, need - settled, need >= len(tickets))
         if deadline is not None and remaining(deadline) == 0:
             left = [t for t in tickets if t.outcome is None]
             if len(tickets) - len(left) < need and left:
                 return
+
+
+def _wait_mixed(open_tickets: list[Ticket], deadline: float | None, need: int, all_: bool) -> None:
+    """Wait on tickets of several kinds of transport.
+
+    One kind after the other if `all_` are needed, else (first-ready) in turn in short slices.
+    """
+    groups: dict[int, tuple[Waiter, list[Ticket]]] = {}
+    for ticket in open_tickets:
+        assert ticket.transport is not None
+        waiter = ticket.transport.waiter
+        groups.setdefault(id(waiter), (waiter, []))[1].append(ticket)
+    if all_:
+        for waiter, group in groups.values():
+            waiter.wait(group, deadline, len(group))
+    else:
+        for waiter, group in groups.values():
+            slice_end = time.monotonic() + _SLICE_S
+            waiter.wait(group, slice_end if deadline is None else min(deadline, slice_end), 1)
