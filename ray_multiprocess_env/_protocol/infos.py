@@ -112,6 +112,12 @@ class InfoBatcher:
     def __init__(self, columns: Sequence[InfoColumn] = ()) -> None:
         self._columns = {column.path: column for column in columns}
         self._bits = {column.path: 1 << i for i, column in enumerate(columns)}
+        # the top-level keys with a column of scalars (most keys: the hot path of `add`)
+        self._scalars = {
+            column.path[0]: (column, 1 << i, column.origin)
+            for i, column in enumerate(columns)
+            if len(column.path) == 1 and column.origin is not np.ndarray
+        }
         self._entries: dict[Path, tuple[str, list[int], list[Any]]] = {}
         self._written = 0
 
@@ -125,7 +131,15 @@ class InfoBatcher:
     def add(self, position: int, info: dict[str, Any], prefix: Path = ()) -> None:
         """Add the info dict of the env at `position` (as gymnasium's ``_add_info``)."""
         entries, columns = self._entries, self._columns
+        scalars = self._scalars if not prefix else {}
         for key, value in info.items():
+            hit = scalars.get(key)
+            if hit is not None and type(value) is hit[2]:  # (`InfoColumn.fits`, for scalars)
+                scalar_column = hit[0]
+                scalar_column.values[position] = value
+                scalar_column.mask[position] = True
+                self._written |= hit[1]
+                continue
             path = (*prefix, key)
             if key == "final_obs":
                 kind = "object"

@@ -50,7 +50,8 @@ def dumps(value: Any) -> bytes:
     return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # type: ignore[no-untyped-call]
 
 
-_PLAIN_TYPES = (int, float, bool, str, bytes, type(None))
+_PLAIN_TYPES = frozenset((int, float, bool, str, bytes, type(None)))
+_CONTAINERS = frozenset((tuple, list, Piece))
 
 
 def _plain(value: Any, depth: int) -> bool:
@@ -59,18 +60,26 @@ def _plain(value: Any, depth: int) -> bool:
     Exact types only: a subclass (an `IntEnum` from a notebook cell, say) needs cloudpickle.
     """
     kind = type(value)
-    if kind in _PLAIN_TYPES or (isinstance(value, np.generic) and kind.__module__ == "numpy"):
+    if kind in _PLAIN_TYPES:
+        return True
+    if kind in _CONTAINERS:
+        if depth > 4:
+            return False
+        for item in value:  # noqa: SIM110 - a loop: `all` of a generator costs more, per reply
+            if not _plain(item, depth + 1):
+                return False
+        return True
+    if kind is np.ndarray:
+        return bool(value.dtype != object)
+    if isinstance(value, np.generic) and kind.__module__ == "numpy":
         return True
     if kind is type:  # the Python type of a batched info key: a builtin or numpy type
         return value.__module__ in ("builtins", "numpy")
-    if kind is np.ndarray:
-        return bool(value.dtype != object)
-    if depth > 4:
-        return False
-    if kind in (tuple, list, Piece):
-        return all(_plain(item, depth + 1) for item in value)
-    if type(value) is dict:
-        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    if kind is dict and depth <= 4:
+        for key, item in value.items():
+            if not (_plain(key, depth + 1) and _plain(item, depth + 1)):
+                return False
+        return True
     return False
 
 
@@ -285,6 +294,10 @@ class Inbox:
                 if not count:
                     ended = True
                     break
+                if not self._data and count < _READ_SIZE:  # one read, usually one message
+                    seq, size = HEADER.unpack_from(scratch) if count >= HEADER.size else (0, -1)
+                    if count == HEADER.size + size:
+                        return [(seq, bytes(scratch[HEADER.size : count]))], False
                 self._data += memoryview(scratch)[:count]
                 if count < _READ_SIZE:
                     break  # all there was, most likely: `poll` tells when more comes
