@@ -1,4 +1,4 @@
-"""Where the time of one `GymnasiumVectorEnv.step` goes, for each transport.
+"""Where the time of one `GymnasiumVectorEnv.step` (and first-ready `recv` + `send`) goes.
 
 Run by hand from the repository root (it writes the ``profile`` section of docs/performance.md):
 
@@ -82,6 +82,40 @@ def _profile(env_fn: Callable[[], Any], k: int, transport: str, seconds: float) 
     return result
 
 
+def _profile_first_ready(
+    env_fn: Callable[[], Any], k: int, transport: str, seconds: float
+) -> dict[str, float]:
+    """Per `recv(k)` + `send` of one worker's envs: the same measures as `_profile`."""
+    envs = GymnasiumVectorEnv([env_fn] * (WORKERS * k), envs_per_worker=k, transport=transport)
+    pids = envs._engine.run_on_workers("pid")
+    workers = [psutil.Process(pid) for pid in pids]
+    actions = action_samples(envs.action_space)
+    envs.async_reset(seed=0)
+
+    def one(t: int) -> None:
+        *_, infos = envs.recv(batch_size=k)
+        ids = infos["env_id"]
+        envs.send(actions[t % len(actions)][: len(ids)], ids)
+
+    for t in range(200):
+        one(t)
+    cpu = sum(sum(p.cpu_times()[:2]) for p in workers)
+    thread, process = time.thread_time(), time.process_time()
+    start, count = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        one(count)
+        count += 1
+    result = {
+        "wall": (time.perf_counter() - start) / count,
+        "driver_thread": (time.thread_time() - thread) / count,
+        "driver_process": (time.process_time() - process) / count,
+        "worker": (sum(sum(p.cpu_times()[:2]) for p in workers) - cpu) / count,
+    }
+    envs.recv()
+    envs.close()
+    return result
+
+
 def main() -> None:
     """Profile every transport on both workloads and write the section."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -94,11 +128,16 @@ def main() -> None:
         name: {t: _profile(env_fn, k, t, args.seconds) for t in TRANSPORTS}
         for name, (env_fn, k) in WORKLOADS.items()
     }
+    first_ready = {
+        name: {t: _profile_first_ready(env_fn, k, t, args.seconds) for t in TRANSPORTS}
+        for name, (env_fn, k) in WORKLOADS.items()
+    }
     ray.shutdown()
     env_work = {
         name: _in_process_call(env_fn, k, args.seconds) for name, (env_fn, k) in WORKLOADS.items()
     }
-    write_section(Path(args.out), "profile", _report(rows, env_work, args.seconds))
+    report = _report(rows, env_work, args.seconds) + _report_first_ready(first_ready, env_work)
+    write_section(Path(args.out), "profile", report)
     print(f"wrote {args.out}")
 
 
@@ -145,6 +184,45 @@ def _report(
                 lambda r, work=work: max(0.0, r["worker"] * 1e6 - work),
             ),
             line("env steps/s", lambda r, k=k: WORKERS * k / r["wall"]),
+        ]
+    return "\n".join(lines)
+
+
+def _report_first_ready(
+    rows: dict[str, dict[str, dict[str, float]]], env_work: dict[str, float]
+) -> str:
+    """The first-ready tables: per `recv(k)` + `send` of one worker's k envs."""
+    lines = [
+        "",
+        "",
+        "## First-ready: one `recv` + `send` of one worker's envs, by transport",
+        "",
+        f"`recv(batch_size=k)` then `send` of the k envs received, {WORKERS} workers x k "
+        "(while the driver handles one worker, the other steps); microseconds per `recv` + "
+        "`send`, the worker's CPU time per call of its k envs.",
+    ]
+    for name, by_transport in rows.items():
+        k = WORKLOADS[name][1]
+
+        def line(label: str, get: Any, rows_: dict[str, dict[str, float]] = by_transport) -> str:
+            return f"| {label} | " + " | ".join(f"{get(rows_[t]):,.0f}" for t in TRANSPORTS) + " |"
+
+        work = env_work[name] * 1e6
+        lines += [
+            "",
+            f"### {name}, {WORKERS} workers x {k}, `recv({k})`",
+            "",
+            '| | `transport="ray"` | `"pipe"` | `"auto"` |',
+            "|---|---:|---:|---:|",
+            line("wall time per `recv` + `send`", lambda r: r["wall"] * 1e6),
+            line("driver, main thread: CPU time", lambda r: r["driver_thread"] * 1e6),
+            line("driver, whole process: CPU time", lambda r: r["driver_process"] * 1e6),
+            line("one worker: CPU time of one call", lambda r: r["worker"] * 1e6),
+            line(
+                "one worker: the rest (transport, waiting)",
+                lambda r, work=work: max(0.0, r["worker"] * 1e6 - work),
+            ),
+            line("env steps/s", lambda r, k=k: k / r["wall"]),
         ]
     return "\n".join(lines)
 

@@ -9,16 +9,31 @@ first-ready loop, so the envs' work and the policy's overlap (or not) as in trai
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from benchmarks.envs import action_samples
+from benchmarks.targets import Row
 from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env.bench import measure_steps_per_second
+
+__all__ = [
+    "POLICY",
+    "envpool_loop",
+    "first_ready_name",
+    "mlp_policy",
+    "ours_first_ready",
+    "ours_lockstep",
+    "rows",
+]
+
+#: The suffix of the rows whose actions come from the MLP.
+POLICY = ", MLP policy"
 
 Act = Callable[[Any, int], Any]  # (observations of the rows received, step count) -> actions
 
@@ -148,4 +163,89 @@ def _rate(step: Callable[[int], int], seconds: float, warmup: int = 20) -> float
     return count / (time.perf_counter() - start)
 
 
-__all__ = ["envpool_loop", "mlp_policy", "ours_first_ready", "ours_lockstep"]
+def rows(
+    env_name: str,
+    env_fn: Callable[[], Any],
+    envpool_task: str | None,
+    workers: int,
+    seconds: float,
+    log: Callable[[str], None],
+) -> list[Row]:
+    """The first-ready and policy rows of one env: ours and envpool's, `workers` x 8 envs.
+
+    The policy rows run with torch's default number of threads, and again with one thread
+    (``torch.set_num_threads(1)``), since torch's threads compete with the env workers.
+    """
+    import gc
+    import os
+
+    from benchmarks import peers
+
+    n, half, cores = workers * 8, workers * 4, os.cpu_count() or 1
+    measured: list[Row] = []
+
+    def add(name: str, measure: Callable[[], float], threads: int | None = None) -> None:
+        gc.collect()
+        peers.settle()
+        with _torch_threads(threads):
+            measured.append(Row(env_name, name, n, measure()))
+        log(f"{env_name}: {name}: {measured[-1].steps_per_second:.0f}/s")
+
+    add(
+        first_ready_name(workers, 8, half),
+        lambda: ours_first_ready(env_fn, workers, 8, half, seconds),
+    )
+    add(
+        first_ready_name(2 * workers, 4, half),
+        lambda: ours_first_ready(env_fn, 2 * workers, 4, half, seconds),
+    )
+    if envpool_task is not None and peers.importable("envpool"):
+        add(
+            f"envpool (C++) first-ready, batch_size={half}",
+            lambda: envpool_loop(envpool_task, n, half, cores, seconds),
+        )
+    for threads in (None, 1):
+        tail = POLICY + ("" if threads is None else f", torch {threads} thread")
+        add(
+            f"ours, {workers} workers x 8{tail}",
+            lambda: ours_lockstep(env_fn, workers, 8, seconds, policy=True),
+            threads,
+        )
+        add(
+            first_ready_name(workers, 8, half) + tail,
+            lambda: ours_first_ready(env_fn, workers, 8, half, seconds, policy=True),
+            threads,
+        )
+        if envpool_task is not None and peers.importable("envpool"):
+            add(
+                f"envpool (C++){tail}",
+                lambda: envpool_loop(envpool_task, n, None, cores, seconds, policy=True),
+                threads,
+            )
+            add(
+                f"envpool (C++) first-ready, batch_size={half}{tail}",
+                lambda: envpool_loop(envpool_task, n, half, cores, seconds, policy=True),
+                threads,
+            )
+    return measured
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with torch's intra-op threads set to `threads` (None: left as they are)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def first_ready_name(workers: int, per_worker: int, batch_size: int) -> str:
+    """The row name of ours in first-ready."""
+    return f"ours first-ready, {workers} workers x {per_worker}, recv({batch_size})"

@@ -154,6 +154,73 @@ def real_checks(w: int) -> list[Check]:
             ours("Pong"),
             ("Pong", "envpool (C++)", w * k),
         ),
+        *first_ready_checks(w),
+    ]
+
+
+def first_ready_checks(w: int) -> list[Check]:
+    """Issue #29's targets: first-ready and a policy in the loop, HalfCheetah, W x 8 envs."""
+    many = (os.cpu_count() or 1) > 2
+    n, half = w * 8, w * 4
+    cheetah = "HalfCheetah"
+
+    def first(workers: int, per_worker: int, tail: str = "") -> tuple[str, str, int]:
+        name = f"ours first-ready, {workers} workers x {per_worker}, recv({half}){tail}"
+        return cheetah, name, n
+
+    mlp, one = ", MLP policy", ", torch 1 thread"
+    envpool_first = f"envpool (C++) first-ready, batch_size={half}"
+    limit = (cheetah, LIMIT, None)
+    return [
+        (
+            "HalfCheetah, W x 8 >= 0.6 of the limit (#29)",
+            0.6,
+            (cheetah, f"ours, {w} workers x 8", n),
+            limit,
+        ),
+        (
+            "HalfCheetah first-ready W x 8 >= 0.68 of the limit",
+            0.0 if many else 0.68,
+            first(w, 8),
+            limit,
+        ),
+        (
+            "HalfCheetah first-ready 2W x 4 >= 0.65 of the limit",
+            0.0 if many else 0.65,
+            first(2 * w, 4),
+            limit,
+        ),
+        (
+            "HalfCheetah first-ready W x 8 >= 0.8x envpool's",
+            0.8,
+            first(w, 8),
+            (cheetah, envpool_first, n),
+        ),
+        (
+            "HalfCheetah, MLP policy: first-ready W x 8 >= 1.3x our lockstep",
+            1.3,
+            first(w, 8, mlp),
+            (cheetah, f"ours, {w} workers x 8{mlp}", n),
+        ),
+        (
+            "HalfCheetah, MLP policy: first-ready W x 8 against envpool's (no target)",
+            0.0,
+            first(w, 8, mlp),
+            (cheetah, envpool_first + mlp, n),
+        ),
+        (
+            "HalfCheetah, MLP policy, torch 1 thread: first-ready W x 8 >= 1.3x our lockstep",
+            1.3,
+            first(w, 8, mlp + one),
+            (cheetah, f"ours, {w} workers x 8{mlp}{one}", n),
+        ),
+        (
+            "HalfCheetah, MLP policy, torch 1 thread: first-ready W x 8 against envpool's "
+            "(no target)",
+            0.0,
+            first(w, 8, mlp + one),
+            (cheetah, envpool_first + mlp + one, n),
+        ),
     ]
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import gymnasium as gym
 import ray
 
-from benchmarks import peers
+from benchmarks import peers, real_loops
 from benchmarks.envs import CpuBoundEnv, FramesEnv, calibrate, halfcheetah, pong
 from benchmarks.report import write_section
 from benchmarks.targets import (
@@ -179,6 +179,8 @@ def synthetic(workers: int, seconds: float, log: Callable[[str], None]) -> tuple
 def real(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list[Row], str]:
     """HalfCheetah-v5 and Pong, 8 envs per worker; and what they are, for the report."""
     rows = run("HalfCheetah", halfcheetah, workers, [8], seconds, log, real=True)
+    task = ENVPOOL_TASKS["HalfCheetah"]
+    rows += real_loops.rows("HalfCheetah", halfcheetah, task, workers, seconds, log)
     rows += run("Pong", pong, workers, [8], seconds, log, real=True)
     envs = (
         "- HalfCheetah: gymnasium's `HalfCheetah-v5` (MuJoCo; 17 floats, 6 float32 actions, "
@@ -188,7 +190,12 @@ def real(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list
         "(the same preprocessing, compiled), with as many threads as cores.\n"
         "- The pfrl face: `RayVectorEnv.from_env_fns` over `GymAPIBridge` envs, stepped by "
         "pfrl's loop (step, then `reset(mask)` of the envs done), as pfrl's "
-        "`MultiprocessVectorEnv` is."
+        "`MultiprocessVectorEnv` is.\n"
+        "- First-ready (HalfCheetah): envpool's way, `num_envs = 2 x batch_size`: `recv` the "
+        "envs that are ready, act, `send` them back while the others step; ours with "
+        "`recv(batch_size=...)`/`send`, envpool with `make(..., batch_size=...)`. "
+        "MLP policy rows: a torch MLP (17 -> 64 -> 64 -> 6, tanh, CPU, torch's default "
+        "threads) acts on every batch received, in the lockstep `step` loop and in first-ready."
     )
     return rows, envs
 
