@@ -185,7 +185,7 @@ def first_ready_checks(w: int) -> list[Check]:
             limit,
         ),
         (
-            "HalfCheetah first-ready 2W x 4 >= 0.65 of the limit",
+            f"HalfCheetah first-ready {2 * w} workers x 4 >= 0.65 of the limit",
             0.0 if many else 0.65,
             first(2 * w, 4),
             limit,
