@@ -58,26 +58,11 @@ def _in_process_call(env_fn: Callable[[], Any], k: int, seconds: float) -> float
 
 
 def _profile(env_fn: Callable[[], Any], k: int, transport: str, seconds: float) -> dict[str, float]:
-    """Per-step seconds: wall, driver main thread, driver process, each worker (mean)."""
+    """Per step: seconds of wall time, of the driver's main thread and process, of a worker."""
     envs = GymnasiumVectorEnv([env_fn] * (WORKERS * k), envs_per_worker=k, transport=transport)
-    pids = envs._engine.run_on_workers("pid")  # the profile reads the workers' CPU time
-    workers = [psutil.Process(pid) for pid in pids]
     actions = action_samples(envs.action_space)
     envs.reset(seed=0)
-    for t in range(200):
-        envs.step(actions[t % len(actions)])
-    cpu = sum(sum(p.cpu_times()[:2]) for p in workers)
-    thread, process = time.thread_time(), time.process_time()
-    start, count = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        envs.step(actions[count % len(actions)])
-        count += 1
-    result = {
-        "wall": (time.perf_counter() - start) / count,
-        "driver_thread": (time.thread_time() - thread) / count,
-        "driver_process": (time.process_time() - process) / count,
-        "worker": (sum(sum(p.cpu_times()[:2]) for p in workers) - cpu) / count / WORKERS,
-    }
+    result = _measure(envs, lambda t: envs.step(actions[t % len(actions)]), seconds, WORKERS)
     envs.close()
     return result
 
@@ -87,8 +72,6 @@ def _profile_first_ready(
 ) -> dict[str, float]:
     """Per `recv(k)` + `send` of one worker's envs: the same measures as `_profile`."""
     envs = GymnasiumVectorEnv([env_fn] * (WORKERS * k), envs_per_worker=k, transport=transport)
-    pids = envs._engine.run_on_workers("pid")
-    workers = [psutil.Process(pid) for pid in pids]
     actions = action_samples(envs.action_space)
     envs.async_reset(seed=0)
 
@@ -97,6 +80,18 @@ def _profile_first_ready(
         ids = infos["env_id"]
         envs.send(actions[t % len(actions)][: len(ids)], ids)
 
+    result = _measure(envs, one, seconds, 1)
+    envs.recv()
+    envs.close()
+    return result
+
+
+def _measure(
+    envs: GymnasiumVectorEnv, one: Callable[[int], None], seconds: float, workers_per_call: int
+) -> dict[str, float]:
+    """Run `one(t)` for `seconds` after a warm-up: seconds per call, a worker's CPU per call."""
+    pids = envs._engine.run_on_workers("pid")  # the profile reads the workers' CPU time
+    workers = [psutil.Process(pid) for pid in pids]
     for t in range(200):
         one(t)
     cpu = sum(sum(p.cpu_times()[:2]) for p in workers)
@@ -105,15 +100,12 @@ def _profile_first_ready(
     while time.perf_counter() - start < seconds:
         one(count)
         count += 1
-    result = {
+    return {
         "wall": (time.perf_counter() - start) / count,
         "driver_thread": (time.thread_time() - thread) / count,
         "driver_process": (time.process_time() - process) / count,
-        "worker": (sum(sum(p.cpu_times()[:2]) for p in workers) - cpu) / count,
+        "worker": (sum(sum(p.cpu_times()[:2]) for p in workers) - cpu) / count / workers_per_call,
     }
-    envs.recv()
-    envs.close()
-    return result
 
 
 def main() -> None:
@@ -158,34 +150,7 @@ def _report(
         "Microseconds per vector step; the workers run in parallel with each other, and the "
         "driver's main thread works while they wait (lockstep).",
     ]
-    for name, by_transport in rows.items():
-        k = WORKLOADS[name][1]
-
-        def line(label: str, get: Any, rows_: dict[str, dict[str, float]] = by_transport) -> str:
-            return f"| {label} | " + " | ".join(f"{get(rows_[t]):,.0f}" for t in TRANSPORTS) + " |"
-
-        work = env_work[name] * 1e6
-        lines += [
-            "",
-            f"### {name}, {WORKERS} workers x {k}",
-            "",
-            '| | `transport="ray"` (Ray calls) | `"pipe"` (pipes only) '
-            '| `"auto"` (pipes and shared memory) |',
-            "|---|---:|---:|---:|",
-            line("wall time of the step", lambda r: r["wall"] * 1e6),
-            line("driver, main thread: CPU time", lambda r: r["driver_thread"] * 1e6),
-            line("driver, whole process: CPU time", lambda r: r["driver_process"] * 1e6),
-            line("one worker: CPU time of one call", lambda r: r["worker"] * 1e6),
-            f"| one worker: env work of one call ({k} env steps, in-process) | "
-            + " | ".join(f"{work:,.0f}" for _ in TRANSPORTS)
-            + " |",
-            line(
-                "one worker: the rest (transport, lockstep)",
-                lambda r, work=work: max(0.0, r["worker"] * 1e6 - work),
-            ),
-            line("env steps/s", lambda r, k=k: WORKERS * k / r["wall"]),
-        ]
-    return "\n".join(lines)
+    return "\n".join(lines + _tables(rows, env_work, first_ready=False))
 
 
 def _report_first_ready(
@@ -201,30 +166,51 @@ def _report_first_ready(
         "(while the driver handles one worker, the other steps); microseconds per `recv` + "
         "`send`, the worker's CPU time per call of its k envs.",
     ]
+    return "\n".join(lines + _tables(rows, env_work, first_ready=True))
+
+
+def _tables(
+    rows: dict[str, dict[str, dict[str, float]]], env_work: dict[str, float], first_ready: bool
+) -> list[str]:
+    """One table per workload: microseconds per step (or per `recv` + `send`), by transport."""
+    lines = []
     for name, by_transport in rows.items():
         k = WORKLOADS[name][1]
-
-        def line(label: str, get: Any, rows_: dict[str, dict[str, float]] = by_transport) -> str:
-            return f"| {label} | " + " | ".join(f"{get(rows_[t]):,.0f}" for t in TRANSPORTS) + " |"
-
-        work = env_work[name] * 1e6
         lines += [
             "",
-            f"### {name}, {WORKERS} workers x {k}, `recv({k})`",
+            f"### {name}, {WORKERS} workers x {k}" + (f", `recv({k})`" if first_ready else ""),
             "",
-            '| | `transport="ray"` | `"pipe"` | `"auto"` |',
+            '| | `transport="ray"` (Ray calls) | `"pipe"` (pipes only) '
+            '| `"auto"` (pipes and shared memory) |',
             "|---|---:|---:|---:|",
-            line("wall time per `recv` + `send`", lambda r: r["wall"] * 1e6),
-            line("driver, main thread: CPU time", lambda r: r["driver_thread"] * 1e6),
-            line("driver, whole process: CPU time", lambda r: r["driver_process"] * 1e6),
-            line("one worker: CPU time of one call", lambda r: r["worker"] * 1e6),
-            line(
-                "one worker: the rest (transport, waiting)",
-                lambda r, work=work: max(0.0, r["worker"] * 1e6 - work),
-            ),
-            line("env steps/s", lambda r, k=k: k / r["wall"]),
+            *_table(by_transport, env_work[name] * 1e6, k, first_ready),
         ]
-    return "\n".join(lines)
+    return lines
+
+
+def _table(
+    by_transport: dict[str, dict[str, float]], work: float, k: int, first_ready: bool
+) -> list[str]:
+    """The rows of one table; `work`: the µs of env work of a worker's call of `k` envs."""
+
+    def line(label: str, get: Callable[[dict[str, float]], float]) -> str:
+        values = " | ".join(f"{get(by_transport[t]):,.0f}" for t in TRANSPORTS)
+        return f"| {label} | {values} |"
+
+    call, idle = ("`recv` + `send`", "waiting") if first_ready else ("the step", "lockstep")
+    steps = k if first_ready else WORKERS * k  # env steps per measured call
+    return [
+        line(f"wall time of {call}", lambda r: r["wall"] * 1e6),
+        line("driver, main thread: CPU time", lambda r: r["driver_thread"] * 1e6),
+        line("driver, whole process: CPU time", lambda r: r["driver_process"] * 1e6),
+        line("one worker: CPU time of one call", lambda r: r["worker"] * 1e6),
+        line(f"one worker: env work of one call ({k} env steps, in-process)", lambda r: work),
+        line(
+            f"one worker: the rest (transport, {idle})",
+            lambda r: max(0.0, r["worker"] * 1e6 - work),
+        ),
+        line("env steps/s", lambda r: steps / r["wall"]),
+    ]
 
 
 if __name__ == "__main__":
