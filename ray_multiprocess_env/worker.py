@@ -195,8 +195,9 @@ class EnvWorker:
                 self._batch.lost[k] = None
             elif method == "seed":
                 self._batch.note_seed(k, args[0] if args else kwargs.get("seed"))
-        if failures:
-            raise _EnvFailures(method, failures)
+        if failures:  # a step's or reset's other results: first-ready `recv` returns them
+            partial = results if method in ("step", "reset") else None
+            raise _EnvFailures(method, failures, partial=partial)
         return results
 
     def _op_describe(self) -> dict[str, Any]:

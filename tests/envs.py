@@ -56,6 +56,13 @@ class FlakyEnv(gym.Env[np.ndarray, int]):
         return np.array([self.count], dtype=np.float32), 1.0, False, False, {}
 
 
+def bounded_flaky_env(bound: float) -> FlakyEnv:
+    """A `FlakyEnv` whose observations are bounded by `bound` (envs whose spaces differ)."""
+    env = FlakyEnv()
+    env.observation_space = gym.spaces.Box(-bound, bound, shape=(1,))
+    return env
+
+
 class FlakyHolder:
     """Holds a `FlakyEnv`."""
 

@@ -187,3 +187,17 @@ def test_a_repeated_key_for_one_env_keeps_the_last_value():
         adder._add_info({}, {"x": 1, "final_obs": np.zeros(2)}, 0), {"x": 2.5}, 0
     )
     _assert_same(got, want)
+
+
+def test_infos_of_an_env_left_out_of_the_batch_are_dropped():
+    """`recv` after an env error: its siblings' rows only, none of the failed env's infos."""
+    batcher = InfoBatcher()
+    batcher.start(slice(None))
+    batcher.add(0, {"x": 1.5, "note": "kept"})
+    batcher.add(1, {"x": 9.0, "final_obs": "FAILED", "note": "dropped"})  # env 1 raised
+    parts = [(0, batcher.finish())]
+    infos = merge_infos(1, parts, [], env_rows=np.array([0, -1]))
+    assert set(infos) == {"x", "_x", "note", "_note"}
+    assert infos["x"].tolist() == [1.5]
+    assert infos["note"].tolist() == ["kept"]
+    assert infos["_x"].tolist() == infos["_note"].tolist() == [True]

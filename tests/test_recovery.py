@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvError
-from tests.envs import DyingEnv, FlakyEnv
+from tests.envs import DyingEnv, FlakyEnv, bounded_flaky_env
 
 TRANSPORTS = ["auto", "pipe", "ray"]
 
@@ -114,3 +114,66 @@ def test_an_interrupted_restart_is_not_counted_and_the_next_call_restarts_once(c
         envs.close()
     restarts = [r for r in caplog.records if "restarting it" in r.getMessage()]
     assert len(restarts) == 2  # the interrupted try and the one that connected
+
+
+def test_recv_returns_the_siblings_of_a_failed_env_whose_spaces_differ():
+    """Envs without a shared batch layout (their spaces differ): the siblings come back too."""
+    fns = [functools.partial(bounded_flaky_env, bound) for bound in (10.0, 20.0, 30.0, 40.0)]
+    envs = RayVectorEnv.from_env_fns(fns, envs_per_worker=2)
+    try:
+        envs.reset()
+        envs.send([1, -1, 2, 2], [0, 1, 2, 3])
+
+        def recv(**kwargs):
+            env_ids, (obs, *_) = envs.recv(**kwargs)
+            return {env: float(row[0]) for env, row in zip(env_ids, obs, strict=True)}
+
+        received: dict[int, float] = {}
+        with pytest.raises(RemoteEnvError, match="env 1 failed"):
+            _recv_until_error(lambda: recv(batch_size=1), received)
+        received.update(recv())
+        assert received == {0: 1.0, 2: 2.0, 3: 2.0}
+    finally:
+        envs.close()
+
+
+def test_ctrl_c_while_recv_restarts_a_worker_keeps_the_other_answers(caplog):
+    """A worker died and `recv` restarts it: Ctrl-C then leaves the answers that came in."""
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart", timeout=60
+    )
+    interrupter = _InterruptOnRestart(0.2)
+    pool_logger = logging.getLogger("ray_multiprocess_env._engine.pool")
+    pool_logger.addHandler(interrupter)
+    try:
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, -100, -100, -100])  # env 0's worker dies at its next step
+        envs.send(np.array([1, 1, 1, 1]), [0, 1, 2, 3])
+        with pytest.raises(KeyboardInterrupt):
+            envs.recv()  # (all 4: both workers are in when it judges, then restarts worker 0)
+        assert interrupter.fired
+        *_, infos = envs.recv(timeout=10)  # worker 1's envs stepped: they come back
+        assert sorted(infos["env_id"].tolist()) == [2, 3]
+        envs.send(np.array([1, 1]), [0, 1])  # the lost worker is restarted by this call
+        _, _, _, truncated, infos = envs.recv(timeout=60)
+        assert infos["env_id"].tolist() == [0, 1]
+        assert truncated.tolist() == [True, True]
+    finally:
+        pool_logger.removeHandler(interrupter)
+        envs.close()
+
+
+def test_a_short_recv_timeout_does_not_cut_short_a_restart():
+    """`recv(timeout=...)` bounds the wait for answers; a lost worker's restart gets `timeout`."""
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 2, envs_per_worker=1, on_actor_failure="restart", timeout=60
+    )
+    try:
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, -100])  # env 0's worker dies at its next step
+        envs.send(np.array([1, 1]), [0, 1])
+        _, _, _, truncated, infos = envs.recv(timeout=0.3)  # (a replacement starts slower)
+        assert infos["env_id"].tolist() == [0, 1]
+        assert truncated.tolist() == [True, False]
+    finally:
+        envs.close()

@@ -96,7 +96,8 @@ class Calls:
         deadline = deadline_in(seconds)
         try:
             wait_tickets(call.tickets, deadline, len(call.tickets))
-            values = self.judge(call, seconds, resumable, timeout is None, deadline)
+            ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
+            values = self.judge(call, seconds, resumable, timeout is None, ends)
         except TimeoutError:
             if not resumable:
                 self.abandon(call)
@@ -202,8 +203,9 @@ class Calls:
 
         A worker that died is restarted (with ``on_actor_failure="restart"``) by the call's
         `deadline`; one that is late only when `restart_late` (the vector env's own `timeout`
-        ran out, not a shorter one given to this wait), and its replacement gets the options'
-        `bound` (the call's own time is spent).
+        ran out, not a shorter one given to this wait). Without a `deadline` (a wait given a
+        shorter timeout of its own), and for a late worker (the call's time is spent), the
+        replacement gets the options' `bound`.
         """
         tickets = call.tickets
         if all(t.outcome is not None and t.outcome.ok for t in tickets):  # the usual case
@@ -260,6 +262,10 @@ class Calls:
         wait_tickets(retries, deadline, len(retries))
         for ticket, retry in zip(lost, retries, strict=True):
             if retry.outcome is None or retry.outcome.died:
+                if retry.outcome is None and retry.transport is not None:
+                    retry.transport.forget(retry)
+                # given up: its lost episode is reported by the next replacement, not lost
+                self.pool.launcher.kill(self.pool.workers[ticket.worker])
                 error = retry.outcome.error if retry.outcome is not None else None
                 raise EnvCrashedError(
                     ticket.envs[0],

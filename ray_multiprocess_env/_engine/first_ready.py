@@ -28,7 +28,7 @@ from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env.compat import reset_as_step
-from ray_multiprocess_env.errors import RemoteEnvError, _EnvFailures
+from ray_multiprocess_env.errors import _EnvFailures
 
 __all__ = ["FirstReadyVerbs"]
 
@@ -140,8 +140,10 @@ class FirstReadyVerbs:
         done = self._state.take_done()
         try:
             call = Call("step", "recv", [t for t, _ in done])
-            values = self._calls.judge(call, seconds, False, deadline=deadline)
-        except RemoteEnvError:  # the answers that came back fine wait for the next `recv`
+            ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
+            values = self._calls.judge(call, seconds, False, deadline=ends)
+        except BaseException:  # (an env error, Ctrl-C in a restart) the good answers wait for
+            # the next `recv`
             good = [(t, kind) for t, kind in done if t.outcome is not None and t.outcome.ok]
             self._state.put_in_flight(good + _siblings(done))
             raise

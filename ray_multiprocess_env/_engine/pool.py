@@ -54,8 +54,14 @@ class Launcher(Protocol):
         shared: SharedBatch | None,
         columns: Sequence[dict[str, Any]],
         deadline: float | None,
+        *,
+        strict: bool = False,
     ) -> None:
-        """Give `workers` their transports for good (`shared` memory for those that can)."""
+        """Give `workers` their transports for good (`shared` memory for those that can).
+
+        A transport that is not up by `deadline` leaves the worker on a slower one (logged),
+        or with `strict` (a restart, bounded by its call) raises `TimeoutError`.
+        """
 
     def kill(self, worker: Worker, *, wait_gone: bool = False) -> None:
         """Close `worker`'s transport and stop it (`wait_gone`: until it writes no more)."""
@@ -173,7 +179,7 @@ class Pool:
         try:
             worker.actor = self.launcher.create(index, fns, worker.envs, seeds)
             self.launcher.connect([worker], deadline, label)
-            self.launcher.open([worker], self.shared, self.columns, deadline)
+            self.launcher.open([worker], self.shared, self.columns, deadline, strict=True)
         except (TimeoutError, ValueError, EnvCrashedError) as err:  # (ValueError: no node fits)
             self._restarts[index] = restarts + 1  # a failed try counts; an interrupted one not
             self.launcher.kill(worker)

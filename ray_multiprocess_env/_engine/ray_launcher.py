@@ -152,8 +152,14 @@ class RayLauncher:
         shared: SharedBatch | None,
         columns: Sequence[dict[str, Any]],
         deadline: float | None,
+        *,
+        strict: bool = False,
     ) -> None:
-        """Pipes (and `shared` memory, with ``"auto"``) to the workers on this node."""
+        """Pipes (and `shared` memory, with ``"auto"``) to the workers on this node.
+
+        `strict`: a transport not up by `deadline` raises `TimeoutError` (else: logged, and
+        the worker goes on with pipes alone or Ray calls).
+        """
         if self.options.transport == "ray" or not pipes_supported():
             return
         here = ray.get_runtime_context().get_node_id()
@@ -170,12 +176,16 @@ class RayLauncher:
                     worker.transport, self._serving[worker.index] = memory, memory.serve_ref
                     continue
                 except Exception as err:  # e.g. /proc not readable: pipes alone
+                    if strict and isinstance(err, TimeoutError):
+                        raise
                     logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), err)
                     self._stop_serving(worker)
             try:
                 pipe = PipeTransport(worker.actor, deadline, grace)
                 worker.transport, self._serving[worker.index] = pipe, pipe.serve_ref
             except (OSError, RuntimeError, TimeoutError, RayError) as err:
+                if strict and isinstance(err, TimeoutError):
+                    raise
                 logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), err)
 
     def _stop_serving(self, worker: Worker) -> None:

@@ -223,8 +223,9 @@ class BatchStore:
             out: list[dict[str, Any]] = [{} for _ in range(size)]
             for start, infos in parts:
                 for position, info in (infos or {}).items():
-                    row = start + position
-                    out[row if env_rows is None else env_rows[row]] = info
+                    row = start + position if env_rows is None else env_rows[start + position]
+                    if row >= 0:  # (else an env left out of the batch: one that raised)
+                        out[row] = info
             return out
         if envs is None and env_rows is not None:
             envs = np.flatnonzero(env_rows >= 0)

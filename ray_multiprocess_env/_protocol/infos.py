@@ -243,9 +243,11 @@ def merge_infos(
     for offset, (pieces, _) in parts:
         for piece in pieces or ():
             rows = piece.positions + offset
-            by_path.setdefault(piece.path, []).append(
-                (piece, rows if env_rows is None else env_rows[rows])
-            )
+            if env_rows is not None:
+                piece, rows = _kept(piece, env_rows[rows])
+                if not len(rows):
+                    continue
+            by_path.setdefault(piece.path, []).append((piece, rows))
     infos: dict[str, Any] = {}
     for path, found in by_path.items():
         shared = whole.get(path)
@@ -267,6 +269,19 @@ def merge_infos(
             node.setdefault(path[-1], {})
         node[f"_{path[-1]}"] = mask
     return infos
+
+
+def _kept(piece: Piece, rows: np.ndarray) -> tuple[Piece, np.ndarray]:
+    """`piece` without the envs left out of the batch (row -1: an env that raised in `recv`)."""
+    keep = rows >= 0
+    if keep.all():
+        return piece, rows
+    values = piece.values
+    if isinstance(values, np.ndarray):
+        values = values[keep]
+    elif values is not None:
+        values = [value for value, kept in zip(values, keep.tolist(), strict=True) if kept]
+    return piece._replace(positions=piece.positions[keep], values=values), rows[keep]
 
 
 def _columns_only(columns: Sequence[InfoColumn], written: int) -> dict[str, Any]:

@@ -294,8 +294,8 @@ class Inbox:
                 if not count:
                     ended = True
                     break
-                if not self._data and count < _READ_SIZE:  # one read, usually one message
-                    seq, size = HEADER.unpack_from(scratch) if count >= HEADER.size else (0, -1)
+                if not self._data and HEADER.size <= count < _READ_SIZE:  # usually one message
+                    seq, size = HEADER.unpack_from(scratch)
                     if count == HEADER.size + size:
                         return [(seq, bytes(scratch[HEADER.size : count]))], False
                 self._data += memoryview(scratch)[:count]

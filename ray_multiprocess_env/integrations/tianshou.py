@@ -204,6 +204,11 @@ class TianshouVectorEnv(BaseVectorEnv):
                     f"`action` has {len(action)} entries for {len(ids)} env(s) in `id`; pass "
                     "one action per env."
                 )
+            if not ids:
+                raise ValueError(
+                    f"`id` is {id!r}, which names no env; pass the ids of the envs to step "
+                    "(None: all)."
+                )
             if not self.is_async:
                 batch = self._engine.step_envs(self._action_batch(action), ids)
                 return step_result(batch, ids, self._engine.spec)

@@ -228,6 +228,9 @@ def test_user_errors_name_the_argument_and_the_fix():
             envs.step(np.zeros(2, np.int64))
         with pytest.raises(ValueError, match=r"`id` contains 3 but there are 3 envs"):
             envs.step(np.zeros(1, np.int64), [3])
+        with pytest.raises(ValueError, match=r"`id` is \[\], which names no env"):
+            envs.step(np.zeros(0, np.int64), [])
+        envs.step(np.zeros(3, np.int64))  # (nothing was left half-done)
         with pytest.raises(ValueError, match=r"`env_id` repeats an env"):
             envs.reset([1, 1])
         with pytest.raises(TypeError, match=r"`reset` got \['return_info'\]"):

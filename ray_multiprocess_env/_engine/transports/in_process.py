@@ -182,6 +182,8 @@ class InProcessLauncher:
         shared: SharedBatch | None,
         columns: Sequence[dict[str, Any]],
         deadline: float | None,
+        *,
+        strict: bool = False,
     ) -> None:
         """Nothing more: no shared memory in process."""
 

@@ -1,0 +1,57 @@
+"""The framing of the same-node pipes: the driver's `Inbox` takes out whole messages only.
+
+However the bytes arrive: one read may end inside a header, hold several messages, or part of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+
+from ray_multiprocess_env._protocol.pipes import HEADER, Inbox
+
+
+@pytest.fixture
+def pipe():
+    """A pipe whose read end does not block, as the driver's are; ``(read fd, write fd)``."""
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    yield read, write
+    for fd in (read, write):
+        with contextlib.suppress(OSError):  # (a test may have closed the write end)
+            os.close(fd)
+
+
+def _framed(seq: int, payload: bytes) -> bytes:
+    return HEADER.pack(seq, len(payload)) + payload
+
+
+@pytest.mark.parametrize("cut", range(1, HEADER.size + 5))
+def test_a_message_cut_anywhere_comes_out_whole_once(pipe, cut):
+    """The first read ends `cut` bytes in (inside the header, or inside the payload)."""
+    read, write = pipe
+    inbox = Inbox(contextlib.nullcontext)
+    data = _framed(7, b"hello")
+    os.write(write, data[:cut])
+    first, ended = inbox.pump(read)
+    assert not ended
+    os.write(write, data[cut:] + _framed(8, b"") + _framed(9, b"again"))
+    second, _ = inbox.pump(read)
+    assert first + second == [(7, b"hello"), (8, b""), (9, b"again")]
+
+
+def test_several_messages_in_one_read_then_the_end(pipe):
+    read, write = pipe
+    inbox = Inbox(contextlib.nullcontext)
+    os.write(write, _framed(1, b"a") + _framed(2, b"bc"))
+    assert inbox.pump(read) == ([(1, b"a"), (2, b"bc")], False)
+    assert inbox.pump(read) == ([], False)  # nothing more yet
+    os.write(write, _framed(3, b"d"))
+    os.close(write)  # the worker is gone: its last message still comes out
+    messages, ended = inbox.pump(read)
+    if not ended:  # (the message came in a read of its own; the end is seen next)
+        more, ended = inbox.pump(read)
+        messages += more
+    assert (messages, ended) == ([(3, b"d")], True)
