@@ -207,3 +207,27 @@ def test_the_per_env_info_layout_gives_one_dict_per_env():
         engine.step_async(np.zeros(3, dtype=np.int64))
         infos = engine.step_wait().infos
         assert all("distance" in info for info in infos)
+
+
+class _SlowCallEnv(FlakyEnv):
+    def slow(self) -> int:
+        time.sleep(3.0)
+        return 1
+
+
+def test_a_replacement_given_up_is_restarted_by_the_next_call_whatever_its_tickets():
+    """A replacement killed for not answering in time is restarted by the next call.
+
+    Even when that call's ticket is older than the replacement (a `send` before the death).
+    """
+    engine = _engine([_SlowCallEnv] * 2, 2, timeout=1.0, on_actor_failure="restart")
+    with contextlib.closing(engine):
+        engine.reset([None, None])
+        _workers(engine)[0].kill()
+        engine.send(np.array([1]), [0])  # in flight to the dead worker
+        with pytest.raises(EnvCrashedError, match="did not answer"):  # restarted, then too slow
+            engine.call("call", [None, ("slow",)], in_flight_ok=True)
+        batch = engine.recv()  # restarts it again
+        assert batch.env_ids.tolist() == [0]
+        assert batch.truncations.tolist() == [True]  # the lost episode, reported
+        assert len(_workers(engine)) == 3

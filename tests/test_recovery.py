@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvError
+from ray_multiprocess_env._engine.transports.base import Outcome
+from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from tests.envs import DyingEnv, FlakyEnv, bounded_flaky_env
 
 TRANSPORTS = ["auto", "pipe", "ray"]
@@ -175,5 +177,36 @@ def test_a_short_recv_timeout_does_not_cut_short_a_restart():
         _, _, _, truncated, infos = envs.recv(timeout=0.3)  # (a replacement starts slower)
         assert infos["env_id"].tolist() == [0, 1]
         assert truncated.tolist() == [True, False]
+    finally:
+        envs.close()
+
+
+class _RefusedShare:
+    """The pipes' waiter, except that a worker's `share` of the memory is refused."""
+
+    def __init__(self, waiter):
+        self.waiter = waiter
+
+    def wait(self, tickets, deadline, need):
+        self.waiter.wait(tickets, deadline, need)
+        for ticket in tickets:
+            if ticket.op == "share":
+                ticket.outcome = Outcome(False, error=RuntimeError("cannot map (simulated)"))
+
+
+def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch):
+    """Its half-made transport is closed, so the pipes alone start at once, within the call."""
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 2, envs_per_worker=1, on_actor_failure="restart", timeout=5
+    )
+    try:
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, -100])  # env 0's worker dies at its next step
+        monkeypatch.setattr(
+            SharedMemoryTransport, "waiter", _RefusedShare(SharedMemoryTransport.waiter)
+        )
+        _, _, _, truncated, _ = envs.step(np.array([1, 1]))
+        assert truncated.tolist() == [True, False]
+        assert envs.step(np.array([1, 1]))[3].tolist() == [False, False]
     finally:
         envs.close()

@@ -260,20 +260,25 @@ class Calls:
             worker.transport.submit(retry)
             retries.append(retry)
         wait_tickets(retries, deadline, len(retries))
+        failed: list[Ticket] = []
         for ticket, retry in zip(lost, retries, strict=True):
             if retry.outcome is None or retry.outcome.died:
                 if retry.outcome is None and retry.transport is not None:
                     retry.transport.forget(retry)
                 # given up: its lost episode is reported by the next replacement, not lost
-                self.pool.launcher.kill(self.pool.workers[ticket.worker])
-                error = retry.outcome.error if retry.outcome is not None else None
-                raise EnvCrashedError(
-                    ticket.envs[0],
-                    call.label,
-                    error or TimeoutError("the restarted worker did not answer"),
-                    env_indices=ticket.envs,
-                )
-            ticket.outcome = retry.outcome
+                self.pool.give_up(self.pool.workers[ticket.worker])
+                failed.append(retry)
+            else:
+                ticket.outcome = retry.outcome
+        if failed:
+            first = failed[0].outcome
+            raise EnvCrashedError(
+                failed[0].envs[0],
+                call.label,
+                (first.error if first is not None else None)
+                or TimeoutError("the restarted worker did not answer"),
+                env_indices=[env for retry in failed for env in retry.envs],
+            )
 
     def error(self, call: Call, failures: list[Ticket]) -> RemoteEnvError:
         """The error of `call` naming every env of the `failures` (the call is given up)."""

@@ -28,12 +28,22 @@ logger = logging.getLogger(__name__)
 class Worker:
     """One worker: its actor, its envs, the transport its operations go over, its node."""
 
-    __slots__ = ("actor", "env_list", "envs", "generation", "index", "node_id", "transport")
+    __slots__ = (
+        "actor",
+        "env_list",
+        "envs",
+        "generation",
+        "index",
+        "lost",
+        "node_id",
+        "transport",
+    )
 
     def __init__(self, index: int, actor: Any, envs: range, transport: Transport) -> None:
         self.index, self.actor, self.envs, self.transport = index, actor, envs, transport
         self.env_list = list(envs)
         self.generation = 0
+        self.lost = False  # killed without a replacement (a restart failed or was given up)
         self.node_id: str | None = None
 
 
@@ -157,7 +167,7 @@ class Pool:
                 by `deadline` (it names the envs and the placement).
         """
         worker = self.workers[index]
-        if worker.generation != generation or self._env_fns is None:
+        if (worker.generation != generation and not worker.lost) or self._env_fns is None:
             return  # another call already restarted it
         restarts = self._restarts.get(index, 0)
         limit = self.options.max_restarts
@@ -182,12 +192,18 @@ class Pool:
             self.launcher.open([worker], self.shared, self.columns, deadline, strict=True)
         except (TimeoutError, ValueError, EnvCrashedError) as err:  # (ValueError: no node fits)
             self._restarts[index] = restarts + 1  # a failed try counts; an interrupted one not
-            self.launcher.kill(worker)
+            self.give_up(worker)
             raise EnvCrashedError(worker.envs.start, label, err, env_indices=worker.envs) from err
         except BaseException:  # interrupted: the next call finds it lost and tries again
-            self.launcher.kill(worker)
+            self.give_up(worker)
             raise
+        worker.lost = False
         self._restarts[index] = restarts + 1  # counted once the replacement is connected
+
+    def give_up(self, worker: Worker) -> None:
+        """Kill `worker` with no replacement: the next call that needs it restarts it."""
+        self.launcher.kill(worker)
+        worker.lost = True
 
     def close_envs(self, seconds: float) -> list[Ticket]:
         """Ask every worker to close its envs; the tickets that failed or are late."""

@@ -58,14 +58,18 @@ class SharedMemoryTransport(PipeTransport):
         self._actions_shared = False  # the worker maps the memory: actions may go through it
         self._share_seq = -1
         share = Ticket(-1, -1, "share", (batch.spec, *span), tuple(range(*span)))
-        self.submit(share)
-        self._share_seq = share.handle  # its reply says whether the worker maps the memory
-        self.waiter.wait([share], deadline, 1)
-        if share.outcome is None:
-            self.forget(share)
-            raise TimeoutError("the worker did not map the shared memory in time")
-        if not share.outcome.ok:
-            raise share.outcome.error or RuntimeError("the worker could not map the memory")
+        try:
+            self.submit(share)
+            self._share_seq = share.handle  # its reply says whether the worker maps the memory
+            self.waiter.wait([share], deadline, 1)
+            if share.outcome is None:
+                self.forget(share)
+                raise TimeoutError("the worker did not map the shared memory in time")
+            if not share.outcome.ok:
+                raise share.outcome.error or RuntimeError("the worker could not map the memory")
+        except BaseException:  # half made: its pipes closed, so the worker's `serve` ends
+            self.close()
+            raise
         if columns:
             self.share_infos(columns)
 
