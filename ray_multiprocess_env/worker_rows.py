@@ -103,11 +103,15 @@ class WorkerRows:
         return (observations, *arrays, infos, old_api)
 
     def share(self, spec: dict[str, Any], start: int, stop: int) -> None:
-        """Move to rows ``start..stop-1`` of the driver's shared memory (`SharedBatch`)."""
+        """Move to rows ``start..stop-1`` of the driver's shared memory (`SharedBatch`).
+
+        What the rows hold is left as it is: the driver has every row it was answered (a first-
+        ready answer of another env may wait there to be read when a replacement maps them),
+        and each env writes its whole row at its next step or reset.
+        """
         if self._private is None:
             raise ValueError("these envs' spaces have no shared layout")
         views = SharedBatch.attach(spec).views(start, stop)
-        _copy_rows(views, self._private.views(0, self._count))
         self._use(views)
         self.shared, self._span = views, (start, stop)
 

@@ -11,6 +11,7 @@ import functools
 import logging
 import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -208,5 +209,33 @@ def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch
         _, _, _, truncated, _ = envs.step(np.array([1, 1]))
         assert truncated.tolist() == [True, False]
         assert envs.step(np.array([1, 1]))[3].tolist() == [False, False]
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("transport", ["auto", "pipe"])
+def test_a_restart_keeps_the_answer_of_its_workers_other_env(transport):
+    """Env 0 answered, then env 1's step killed their worker: `recv` restarts it.
+
+    It still returns env 0's own step: the replacement does not overwrite the rows it shares.
+    """
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 2, envs_per_worker=2, on_actor_failure="restart", transport=transport
+    )
+    try:
+        obs, _ = envs.reset(seed=0)
+        start = float(obs[0, 0])
+        envs.set_attr("taken", [-100, 1])  # env 1's next step kills the worker
+        envs.send(np.array([1]), [0])
+        *_, infos = envs.recv()  # (so env 0's next answer is in before the death)
+        envs.send(np.array([2]), [0])
+        time.sleep(0.5)
+        envs.send(np.array([1]), [1])
+        obs, rewards, _, truncated, infos = envs.recv(timeout=60)
+        assert infos["env_id"].tolist() == [0, 1]
+        assert obs[0, 0] == start + 3
+        assert rewards[0] == 1.0
+        assert not truncated[0]
+        assert truncated[1]  # the lost episode of the env whose step killed the worker
     finally:
         envs.close()
