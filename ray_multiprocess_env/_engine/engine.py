@@ -253,59 +253,11 @@ class Engine(FirstReadyVerbs):
                 per_env[env] = (action,)
             rows = self._calls.apply("step", per_env, None, label)
             return Batch(None, None, None, None, None, rows=rows)
-        args, envs = self._split_per_worker(actions, env_ids)
+        args, envs = self._split(actions, env_ids)
         call = self._calls.launch("step", args, label, envs, shared_args=True)
         replies = self._calls.wait(call)
         ids = np.array(sorted(env_ids), dtype=np.int64)
         return self._assemble(replies, [None if a is None else a[1] for a in args], ids, ids)
-
-    def _split_per_worker(
-        self, actions: Any, env_ids: Sequence[int]
-    ) -> tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]]:
-        """Each worker's step arguments ``(its actions, their positions)`` (None: not called).
-
-        Also the envs each worker steps (None: all of its envs, in order, positions None).
-        """
-        split = self._split_whole_workers(actions, env_ids)
-        if split is not None:
-            return split
-        ids = np.asarray(env_ids, dtype=np.int64)
-        args: list[tuple[Any, ...] | None] = []
-        envs: list[Sequence[int] | None] = []
-        for worker in self._pool.workers:
-            rows = np.flatnonzero((ids >= worker.envs.start) & (ids < worker.envs.stop))
-            mine = ids[rows].tolist()
-            envs.append(mine)
-            chunk = take(self.spec.action_space, actions, rows.tolist()) if mine else None
-            args.append((chunk, [e - worker.envs.start for e in mine]) if mine else None)
-        return args, envs
-
-    def _split_whole_workers(
-        self, actions: Any, env_ids: Sequence[int]
-    ) -> tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]] | None:
-        """`_split_per_worker` for whole workers' envs in order (what `recv` hands back).
-
-        Each worker gets a slice of `actions`; None if `env_ids` are not such envs.
-        """
-        workers, owner = self._pool.workers, self._owner
-        args: list[tuple[Any, ...] | None] = [None] * len(workers)
-        envs: list[Sequence[int] | None] = [()] * len(workers)
-        row, count, bounds = 0, len(env_ids), []
-        while row < count:
-            worker = workers[owner[env_ids[row]]]
-            start, stop = worker.envs.start, worker.envs.stop
-            end = row + stop - start
-            if env_ids[row] != start or end > count or env_ids[end - 1] != stop - 1:
-                return None
-            if args[worker.index] is not None or list(env_ids[row:end]) != worker.env_list:
-                return None
-            args[worker.index], envs[worker.index] = (), None
-            bounds.append((worker.index, row, end))
-            row = end
-        chunks = split_batch(self.spec.action_space, actions, [(a, b) for _, a, b in bounds])
-        for (index, _, _), chunk in zip(bounds, chunks, strict=True):
-            args[index] = (chunk, None)
-        return args, envs
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(

@@ -24,6 +24,7 @@ from ray_multiprocess_env._engine.calls import (
 )
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
+from ray_multiprocess_env._engine.splits import Split, split_per_worker
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
@@ -45,16 +46,17 @@ class FirstReadyVerbs:
     _calls: Calls
     _state: CallState
     _store: BatchStore | None
+    _owner: list[int]  # each env's worker
 
     def _collect(
         self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
     ) -> Batch:
         raise NotImplementedError  # pragma: no cover - `Engine` defines it
 
-    def _split_per_worker(
-        self, actions: Any, env_ids: Sequence[int]
-    ) -> tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]]:
-        raise NotImplementedError  # pragma: no cover - `Engine` defines it
+    def _split(self, actions: Any, env_ids: Sequence[int]) -> Split:
+        """`actions` of the envs `env_ids`, split per worker (`splits.split_per_worker`)."""
+        owner = self._owner
+        return split_per_worker(self._pool.workers, owner, self.spec.action_space, actions, env_ids)
 
     def async_reset(self, seeds: Sequence[Any] | None = None, options: Any = None) -> None:
         """Reset every env without waiting; `recv` returns them as they finish."""
@@ -82,7 +84,7 @@ class FirstReadyVerbs:
                 per_env[env] = (action,)
             call = self._calls.launch_apply("step", per_env, None, "send")
         else:
-            args, envs = self._split_per_worker(actions, env_ids)
+            args, envs = self._split(actions, env_ids)
             call = self._calls.launch("step", args, "send", envs, shared_args=True)
         self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
 
