@@ -82,9 +82,17 @@ class Calls:
         return call
 
     def wait(
-        self, call: Call, timeout: float | None = None, *, resumable: bool = False
+        self,
+        call: Call,
+        timeout: float | None = None,
+        *,
+        resumable: bool = False,
+        deadline: float | None = None,
     ) -> list[Any]:
         """Wait for every ticket of `call`; one result per worker (None where not called).
+
+        `deadline`: the call's (from its `timeout`) if it began before, unless a first call of
+        the user's own actors gives it longer.
 
         Raises:
             TimeoutError: Names the envs that did not answer; with `resumable` the call stays
@@ -92,8 +100,9 @@ class Calls:
             RemoteEnvError: An env raised (`EnvCrashedError`: a worker died).
         """
         seconds = self.pool.options.timeout if timeout is None else timeout
-        seconds = self.pool.seconds_for(call.tickets, seconds)
-        deadline = deadline_in(seconds)
+        longer = self.pool.seconds_for(call.tickets, seconds)
+        if deadline is None or longer != seconds:
+            seconds, deadline = longer, deadline_in(longer)
         try:
             wait_tickets(call.tickets, deadline, len(call.tickets))
             ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)

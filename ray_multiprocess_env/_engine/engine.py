@@ -33,6 +33,7 @@ from ray_multiprocess_env._engine.calls import (
     reset_positions,
 )
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
+from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.options import (
     Options,
@@ -79,6 +80,7 @@ class Engine(FirstReadyVerbs):
         self._state = CallState(name, pool.num_envs)
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
+        self._hot: HotPath | None = None
         self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
         try:
             self.spec = EngineSpec(pool.num_envs)
@@ -96,6 +98,8 @@ class Engine(FirstReadyVerbs):
                 pool.shared = self._store.shared
             deadline = deadline_in(pool.options.bound)
             pool.launcher.open(pool.workers, pool.shared, [], deadline)
+            if self._store is not None and self._store.shared is not None:
+                self._hot = HotPath(pool, self._state, self._store)
         except BaseException:
             self.close()
             raise
@@ -210,6 +214,9 @@ class Engine(FirstReadyVerbs):
     # -- step --------------------------------------------------------------------------------
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
+        hot = self._hot
+        if hot is not None and hot.step_async(actions):
+            return
         self._state.check_idle(label)
         if self._store is None:
             call = self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
@@ -222,9 +229,16 @@ class Engine(FirstReadyVerbs):
 
     def step_wait(self, timeout: float | None = None) -> Batch:
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
+        seconds = self._pool.options.timeout if timeout is None else timeout
+        deadline = deadline_in(seconds)
+        hot = self._hot
+        if hot is not None:
+            batch = hot.step_wait(deadline)
+            if batch is not None:
+                return batch
         call = self._state.take_pending()
         try:
-            replies = self._calls.wait(call, timeout, resumable=True)
+            replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
             self._state.keep_pending(call)
             raise
@@ -413,7 +427,7 @@ class Engine(FirstReadyVerbs):
 
     def _release_memory(self) -> None:
         """Release the shared memory, even where a failure's traceback still holds views."""
-        store, self._store, self._pool.shared = self._store, None, None
+        store, self._store, self._pool.shared, self._hot = self._store, None, None, None
         if store is not None and not store.close():
             gc.collect()  # e.g. a reference cycle of a dead worker's error
             if not store.close():

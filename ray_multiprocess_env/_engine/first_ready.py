@@ -22,6 +22,7 @@ from ray_multiprocess_env._engine.calls import (
     reset_kwargs,
     ticket_positions,
 )
+from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
 from ray_multiprocess_env._engine.splits import Split, split_per_worker
@@ -47,6 +48,7 @@ class FirstReadyVerbs:
     _state: CallState
     _store: BatchStore | None
     _owner: list[int]  # each env's worker
+    _hot: HotPath | None
 
     def _collect(
         self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
@@ -76,6 +78,9 @@ class FirstReadyVerbs:
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""
+        hot = self._hot
+        if hot is not None and hot.send(actions, env_ids):
+            return
         self._state.check_idle("send", in_flight_ok=True)
         self._state.check_not_busy(env_ids, "sending it another action")
         if self._store is None:
@@ -95,7 +100,15 @@ class FirstReadyVerbs:
             TimeoutError: Names the envs still out; they stay in flight.
             RemoteEnvError: An env raised (or a worker died and is not restarted).
         """
-        done = self._first(self._state.recv_size(batch_size), timeout)
+        min_envs = self._state.recv_size(batch_size)
+        seconds = self._pool.options.timeout if timeout is None else timeout
+        deadline = deadline_in(seconds)
+        hot = self._hot
+        if hot is not None:
+            batch = hot.recv(min_envs, deadline)
+            if batch is not None:
+                return batch
+        done = self._first(min_envs, timeout, deadline)
         if self._store is None:  # each env's own result; a reset's looks like a step
             received = []
             for ticket, kind, values in done:
@@ -114,15 +127,19 @@ class FirstReadyVerbs:
         every_row = all(t.handle is not _PARTIAL for t, _, _ in done)
         return self._collect(answered, ids, ids, every_row)
 
-    def _first(self, min_envs: int, timeout: float | None) -> list[tuple[Ticket, str, Any]]:
+    def _first(
+        self, min_envs: int, timeout: float | None, deadline: float | None
+    ) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
 
-        Everything already finished is included.
+        Everything already finished is included. `deadline`: the call's, unless a first call
+        of the user's own actors gives it longer.
         """
         tickets = [ticket for ticket, _ in self._state.in_flight]
         seconds = self._pool.options.timeout if timeout is None else timeout
-        seconds = self._pool.seconds_for(tickets, seconds)
-        deadline = deadline_in(seconds)
+        longer = self._pool.seconds_for(tickets, seconds)
+        if longer != seconds:
+            seconds, deadline = longer, deadline_in(longer)
         progress = -1
         while True:
             settled = envs_in = 0

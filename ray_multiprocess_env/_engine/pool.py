@@ -232,6 +232,7 @@ class _NotConnected:
 
     kind = "none"
     waiter: Any = None
+    hot = False
 
     def encode(self, ticket: Any) -> Any:
         """Refused."""

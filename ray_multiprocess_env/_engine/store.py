@@ -122,12 +122,12 @@ class BatchStore:
             parts.append((start, infos))
             pieces |= type(infos) is tuple and infos[0] is not None
         if env_ids is not None and every_row and not pieces:
-            batch = self._rows_of(env_ids, parts, old_api)  # (first-ready's hot path)
+            batch = self.rows_of(env_ids, parts, old_api)  # (first-ready's hot path)
         else:
             batch = self.batch(parts, old_api, envs, env_ids)
         return batch, (self.learn(parts) if pieces else [])
 
-    def _rows_of(self, env_ids: np.ndarray, parts: list[tuple[int, Any]], old_api: bool) -> Batch:
+    def rows_of(self, env_ids: np.ndarray, parts: list[tuple[int, Any]], old_api: bool) -> Batch:
         """The batch of the envs `env_ids` (ascending), all of which ran, with no info pieces.
 
         Copies of their rows; a run of consecutive envs (a worker's) is one slice.

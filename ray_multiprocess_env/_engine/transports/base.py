@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Outcome", "Ticket", "Transport", "Waiter", "remaining"]
+__all__ = ["HotTransport", "Outcome", "Ticket", "Transport", "Waiter", "remaining"]
 
 
 class Outcome(NamedTuple):
@@ -87,6 +87,10 @@ class Transport(Protocol):
     def waiter(self) -> Waiter:
         """Settles this transport's tickets; one object for every transport of a kind."""
 
+    @property
+    def hot(self) -> bool:
+        """Whether it is a `HotTransport` (steps as doorbells, for the engine's hot path)."""
+
     def encode(self, ticket: Ticket) -> Any:
         """`ticket`'s operation ready to send; serialization errors are raised here, first."""
 
@@ -101,6 +105,32 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Release the connection; tickets still waiting settle as lost with the worker."""
+
+
+class HotTransport(Transport, Protocol):
+    """A transport that steps all of its worker's envs with a doorbell (`hot_path.HotPath`).
+
+    Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on; `pump` reads
+    what has arrived and settles the tickets.
+    """
+
+    broken: bool
+
+    @property
+    def wants_write(self) -> bool:
+        """Whether part of a message still waits to be written."""
+
+    def fileno(self) -> int:
+        """The descriptor replies arrive on."""
+
+    def pump(self) -> None:
+        """Read what has arrived and settle the tickets whose whole reply is in."""
+
+    def can_ring(self, actions: Any) -> bool:
+        """Whether `ring` can send a step of all of the worker's envs with these `actions`."""
+
+    def ring(self, ticket: Ticket, actions: Any) -> None:
+        """Send `ticket`, a step of all of the worker's envs (after `can_ring`)."""
 
 
 #: The longest one wait blocks (``poll`` takes at most 2**31 ms); the waits loop until done.

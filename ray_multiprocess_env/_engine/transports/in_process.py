@@ -93,6 +93,7 @@ class InProcessTransport:
 
     kind = "in_process"
     waiter = _InProcessWaiter()
+    hot = False
 
     def __init__(self, worker: InProcessWorker) -> None:
         self._worker = worker

@@ -104,6 +104,7 @@ class PipeTransport:
 
     kind = "pipe"
     waiter = _WAITER
+    hot = False
 
     def __init__(self, actor: Any, deadline: float | None, grace: float) -> None:
         _remove_orphans()

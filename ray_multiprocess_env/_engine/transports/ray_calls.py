@@ -59,6 +59,7 @@ class RayCallTransport:
 
     kind = "ray"
     waiter = _WAITER
+    hot = False
     one_env = False  # a plain env actor answers `apply` with one result, not a list
 
     def __init__(self, actor: Any) -> None:

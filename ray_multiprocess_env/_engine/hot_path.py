@@ -1,0 +1,230 @@
+"""The hot path: first-ready `send`/`recv` and the full step, while every worker is well.
+
+The common case of these verbs (same-node workers on shared memory, whole workers stepped,
+every answer fine, every info in its column) costs the driver what the bare design of
+``tools/sol_probe.py`` does: the actions written into the shared memory and one doorbell per
+worker, one ``poll`` on the workers' pipes, the rows of the workers that answered handed out.
+Anything else (an env error, a dead or late worker, an interrupt, a reset in flight, actions or
+infos off the shared layout, some of a worker's envs) goes to the slow path (`Calls`,
+`FirstReadyVerbs`), which finds the hot path's calls as its own: the hot path skips layers,
+never bookkeeping. Each call it sends is a `Ticket` in the call state, so a timeout, a
+Ctrl-C, `close` or the next call of any verb sees it, and each method here either does all
+of its work or hands the call to the slow path untouched (None, False).
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any, cast
+
+import numpy as np
+
+from ray_multiprocess_env._engine.call_state import Call, CallState, State
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.store import BatchStore
+from ray_multiprocess_env._engine.transports.base import HotTransport, Ticket, remaining
+
+__all__ = ["HotPath"]
+
+
+class HotPath:
+    """The hot path of one engine's verbs (see the module docstring)."""
+
+    def __init__(self, pool: Pool, state: CallState, store: BatchStore) -> None:
+        self._pool, self._state, self._store = pool, state, store
+        workers = pool.workers
+        self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
+        self._lists = [w.env_list for w in workers]
+        self._tuples = [tuple(w.envs) for w in workers]
+        self._every_worker = [(w.index, w.envs.start) for w in workers]
+        self._transports: list[Any] = []
+        self._poller: Any = None
+        self._by_fd: dict[int, HotTransport] = {}
+
+    def _hot_transports(self) -> list[HotTransport] | None:
+        """The workers' transports if every one is hot and working (a poller of their pipes)."""
+        transports = [w.transport for w in self._pool.workers]
+        if transports != self._transports:  # (by identity: a worker was replaced)
+            if not all(t.hot for t in transports):
+                return None
+            hot = cast(list[HotTransport], transports)
+            if any(t.broken for t in hot):
+                return None
+            poller, by_fd = select.poll(), {}
+            for transport in hot:
+                fd = transport.fileno()
+                poller.register(fd, select.POLLIN)
+                by_fd[fd] = transport
+            self._transports, self._poller, self._by_fd = transports, poller, by_fd
+        return cast(list[HotTransport], self._transports)
+
+    def _whole_workers(self, env_ids: Any) -> list[tuple[int, int]] | None:
+        """``(worker, first row)`` for each worker whose envs `env_ids` are, in their order."""
+        ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
+        owner, lists = self._owner, self._lists
+        runs, row, count = [], 0, len(ids)
+        while row < count:
+            worker = owner[ids[row]]
+            envs = lists[worker]
+            if ids[row : row + len(envs)] != envs:
+                return None
+            runs.append((worker, row))
+            row += len(envs)
+        return runs
+
+    def _ring(self, actions: Any, runs: list[tuple[int, int]], kind: str) -> list[Ticket] | None:
+        """Step the workers of `runs` (all or none): their tickets, or None if one cannot."""
+        transports = self._hot_transports()
+        if transports is None or type(actions) is not np.ndarray:
+            return None
+        chunks = []
+        for worker, row in runs:
+            chunk = actions[row : row + len(self._lists[worker])]
+            if not transports[worker].can_ring(chunk):
+                return None
+            chunks.append(chunk)
+        workers, tickets = self._pool.workers, []
+        with deferred_interrupts():  # every worker rung, or none (as `Calls.launch`)
+            for (worker, _), chunk in zip(runs, chunks, strict=True):
+                ticket = Ticket(
+                    worker, workers[worker].generation, "step", (chunk, None),
+                    self._tuples[worker], True,
+                )  # fmt: skip
+                transports[worker].ring(ticket, chunk)
+                tickets.append(ticket)
+        if kind == "send":  # (a Ctrl-C held back above gives the call up, as the slow path's)
+            self._state.put_in_flight((ticket, "step") for ticket in tickets)
+        else:
+            self._state.begin_step(Call("step", "step", tickets))
+        return tickets
+
+    # -- the full step -------------------------------------------------------------------------
+    def step_async(self, actions: Any) -> bool:
+        """`Engine.step_async` with every worker rung; False: the slow path's to do."""
+        if self._state.state is not State.IDLE:
+            return False
+        return self._ring(actions, self._every_worker, "step") is not None
+
+    def step_wait(self, deadline: float | None) -> Batch | None:
+        """`Engine.step_wait` once every worker answered well; None: the slow path's to do.
+
+        None (the step still pending) when the wait reaches `deadline`, or when anything
+        about the pending step or its answers is not the hot path's.
+        """
+        call = self._state.pending
+        transports = self._hot_transports()
+        if call is None or transports is None:
+            return None
+        tickets = call.tickets
+        for ticket in tickets:
+            if ticket.transport is not transports[ticket.worker]:
+                return None
+        try:
+            if not self._wait(tickets, self._pool.num_envs, deadline, transports):
+                return None
+        except BaseException:  # Ctrl-C: the step is given up, as the slow path's
+            self._state.take_pending()
+            for ticket in tickets:
+                if ticket.outcome is None and ticket.transport is not None:
+                    ticket.transport.forget(ticket)
+            raise
+        parts, old_api, lists = [], False, self._lists
+        for ticket in tickets:
+            outcome = ticket.outcome
+            reply = outcome.value if outcome is not None and outcome.ok else None
+            if type(reply) is not tuple or not _in_shared_memory(reply):
+                return None
+            parts.append((lists[ticket.worker][0], reply[4]))
+            old_api |= reply[5]
+        self._state.take_pending()
+        return self._store.batch(parts, old_api)
+
+    # -- first-ready --------------------------------------------------------------------------
+    def send(self, actions: Any, env_ids: Any) -> bool:
+        """`FirstReadyVerbs.send` of whole workers' envs; False: the slow path's to do."""
+        state = self._state
+        if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
+            return False
+        runs = self._whole_workers(env_ids)
+        if runs is None:
+            return False
+        if state.busy_count:
+            busy, lists = state.busy, self._lists
+            for worker, _ in runs:
+                envs = lists[worker]
+                if busy[envs[0] : envs[-1] + 1].any():
+                    return False
+        return self._ring(actions, runs, "send") is not None
+
+    def recv(self, min_envs: int, deadline: float | None) -> Batch | None:
+        """`FirstReadyVerbs.recv` once `min_envs` envs are in; None: the slow path's to do.
+
+        None (nothing taken out of flight) when the wait reaches `deadline`, or when anything
+        in flight or in what came back is not the hot path's.
+        """
+        transports = self._hot_transports()
+        if transports is None:
+            return None
+        tickets = []
+        for ticket, kind in self._state.in_flight:
+            if kind != "step" or ticket.transport is not transports[ticket.worker]:
+                return None
+            tickets.append(ticket)
+        if not self._wait(tickets, min_envs, deadline, transports):
+            return None
+        done, parts, old_api = [], [], False
+        lists = self._lists
+        for ticket in tickets:
+            outcome = ticket.outcome
+            if outcome is None:
+                continue
+            reply = outcome.value if outcome.ok else None
+            if type(reply) is not tuple or not _in_shared_memory(reply):
+                return None
+            done.append(ticket.worker)
+            parts.append((lists[ticket.worker][0], reply[4]))
+            old_api |= reply[5]
+        self._state.take_done()
+        if len(done) == 1:
+            envs = lists[done[0]]
+            ids = np.arange(envs[0], envs[-1] + 1, dtype=np.int64)
+        else:
+            ids = np.array(sorted(e for worker in done for e in lists[worker]), dtype=np.int64)
+        return self._store.rows_of(ids, parts, old_api)
+
+    def _wait(
+        self,
+        tickets: list[Ticket],
+        min_envs: int,
+        deadline: float | None,
+        transports: list[HotTransport],
+    ) -> bool:
+        """Read the workers' pipes until `min_envs` envs of the `tickets` are in (or all).
+
+        False at `deadline`, or if a worker's pipe is broken or has a message still to write.
+        """
+        poller, by_fd = self._poller, self._by_fd
+        while True:
+            settled = envs_in = 0
+            for ticket in tickets:
+                if ticket.outcome is not None:
+                    settled, envs_in = settled + 1, envs_in + len(ticket.envs)
+            if envs_in >= min_envs or settled == len(tickets):
+                return True
+            for transport in transports:
+                if transport.broken or transport.wants_write:
+                    return False
+            left = remaining(deadline)
+            ready = poller.poll(None if left is None else int(left * 1000) + 1)
+            if not ready:
+                return False
+            for fd, _ in ready:
+                by_fd[fd].pump()
+
+
+def _in_shared_memory(reply: tuple[Any, ...]) -> bool:
+    """Whether a worker's step reply is all in the shared memory (rows and info columns)."""
+    infos = reply[4]
+    return reply[0] is None and type(infos) is tuple and infos[0] is None
