@@ -50,8 +50,14 @@ def write_row(space: spaces.Space[Any], batch: Any, row: Any, value: Any) -> Non
         batch[row] = value
 
 
+#: Batched spaces whose batch is one array, split along its first axis.
+_ARRAY_SPACES = (spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
 def unstack(batched_space: spaces.Space[Any], batch: Any) -> list[Any]:
     """Split a batch of `batched_space` into one value per env."""
+    if type(batch) is np.ndarray and type(batched_space) in _ARRAY_SPACES:
+        return list(batch)  # (what `iterate` gives for them, without its dispatch)
     return list(iterate(batched_space, batch))
 
 

@@ -123,7 +123,7 @@ class EnvWorker:
         operation must then come over the pipe (Ray calls would wait behind this one).
         """
         try:
-            pipes.serve(self.handle, self.env_indices, go, done)
+            pipes.serve(_plain_handle(self), self.env_indices, go, done)
         finally:
             self._unshare()  # Ray calls answer with arrays again
 
@@ -244,6 +244,22 @@ class EnvWorker:
                 failures.append(self._batch.failure(k, err))
         if failures:
             raise _EnvFailures("close", failures)
+
+
+def _plain_handle(worker: EnvWorker) -> Callable[[str, tuple[Any, ...]], Any]:
+    """`EnvWorker.handle` as a plain function, for the pipe's loop.
+
+    Ray wraps every method of an actor class for tracing, a few microseconds per call; a
+    step whose actions are in shared memory (nothing to copy) goes straight to the batch.
+    """
+    step, handle = worker._batch.step, worker.handle
+
+    def plain_handle(op: str, args: tuple[Any, ...]) -> Any:
+        if op == "step" and args[0] is None:
+            return step(None, args[1])
+        return handle(op, args)
+
+    return plain_handle
 
 
 def _writable(value: Any, depth: int = 0) -> Any:

@@ -91,7 +91,10 @@ def loads(data: bytes) -> Any:
 def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
     """One framed reply; a value that cannot be serialized is replaced by an error naming why."""
     try:
-        data = dumps((ok, value))
+        if ok and _in_shared_memory(value):  # (plain data: `dumps` need not look)
+            data = pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        else:
+            data = dumps((ok, value))
     except Exception as err:
         culprits = _unserializable_envs(value, env_indices)
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
@@ -100,6 +103,23 @@ def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str
         error = _EnvFailures(op, failures)
         data = dumps((False, (error, str(error))))
     return HEADER.pack(seq, len(data)) + data
+
+
+def _in_shared_memory(value: Any) -> bool:
+    """Whether `value` is a reply of rows and infos all in shared memory (every hot step's)."""
+    if type(value) is not tuple or len(value) != 6:
+        return False
+    observations, rewards, terminations, truncations, infos, old_api = value
+    return (
+        observations is None
+        and rewards is None
+        and terminations is None
+        and truncations is None
+        and type(infos) is tuple
+        and infos[0] is None
+        and type(infos[1]) is int
+        and type(old_api) is bool
+    )
 
 
 def error_value(err: BaseException) -> BaseException:
@@ -157,13 +177,14 @@ def serve(
     done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
     go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
     pending = b""  # what was read beyond the last whole message
+    scratch = bytearray(1 << 16)  # (``os.read`` would allocate its size at every read)
     try:
         while True:
             while len(pending) < HEADER.size:  # a whole message, usually in one read
-                chunk = os.read(go_fd, 1 << 16)
-                if not chunk:
+                count = os.readv(go_fd, [scratch])
+                if not count:
                     return  # the driver closed the pipe (or died)
-                pending += chunk
+                pending += scratch[:count]
             seq, size = HEADER.unpack_from(pending)
             end = HEADER.size + size
             if len(pending) < end:
