@@ -184,3 +184,45 @@ def test_partial_reset_keeps_the_other_envs_rows(copy):
         obs, _ = envs.reset(seed=5, options={"reset_mask": mask})
         assert np.array_equal(obs[[0, 1, 3]], stepped[[0, 1, 3]])
         assert not np.array_equal(obs[2], stepped[2])
+
+
+def test_first_ready_mixing_whole_workers_and_some_envs_matches_plain_envs():
+    """Sends of whole workers (the hot path) and of some envs (the slow path), mixed.
+
+    Each `recv` hands back exactly the envs sent, with what plain envs give.
+    """
+    make = functools.partial(gym.make, "HalfCheetah-v5")
+    plain = [make() for _ in range(4)]
+    for i, env in enumerate(plain):
+        env.reset(seed=5 + i)
+    rng = np.random.default_rng(0)
+
+    def plain_step(ids, actions):
+        results = [plain[i].step(a) for i, a in zip(ids, actions, strict=True)]
+        return np.stack([r[0] for r in results]), np.array([r[1] for r in results]), results
+
+    with contextlib.closing(GymnasiumVectorEnv([make] * 4, envs_per_worker=2)) as envs:
+        assert _shared(envs) == [True, True]
+        envs.reset(seed=5)
+        rounds = [([1], None), ([0, 1], [3]), ([2, 3], [0, 1]), ([0, 1, 2, 3], None)]
+        for first, second in rounds * 3:
+            sent = []
+            for ids in (first, second):
+                if ids is not None:
+                    actions = rng.uniform(-1, 1, (len(ids), 6)).astype(np.float32)
+                    envs.send(actions, ids)
+                    sent.append((ids, actions))
+            expected_ids = sorted(i for ids, _ in sent for i in ids)
+            obs, rewards, _, _, info = envs.recv(batch_size=len(expected_ids))
+            assert info["env_id"].tolist() == expected_ids
+            order = {env: row for row, env in enumerate(expected_ids)}
+            for ids, actions in sent:
+                want_obs, want_rewards, results = plain_step(ids, actions)
+                rows = [order[i] for i in ids]
+                np.testing.assert_array_equal(obs[rows], want_obs)
+                np.testing.assert_array_equal(rewards[rows], want_rewards)
+                for row, result in zip(rows, results, strict=True):
+                    assert info["x_position"][row] == result[4]["x_position"]
+        actions = rng.uniform(-1, 1, (4, 6)).astype(np.float32)
+        obs, rewards, *_ = envs.step(actions)  # the full step after it, also on the hot path
+        np.testing.assert_array_equal(obs, plain_step(range(4), actions)[0])

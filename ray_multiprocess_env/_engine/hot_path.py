@@ -174,8 +174,8 @@ class HotPath:
             tickets.append(ticket)
         if not self._wait(tickets, min_envs, deadline, transports):
             return None
-        done, parts, old_api = [], [], False
-        lists = self._lists
+        done: list[int] = []
+        parts, old_api, lists = [], False, self._lists
         for ticket in tickets:
             outcome = ticket.outcome
             if outcome is None:
@@ -183,15 +183,11 @@ class HotPath:
             reply = outcome.value if outcome.ok else None
             if type(reply) is not tuple or not _in_shared_memory(reply):
                 return None
-            done.append(ticket.worker)
+            done.extend(ticket.envs)  # (a slow path's `send` may have sent some envs)
             parts.append((lists[ticket.worker][0], reply[4]))
             old_api |= reply[5]
         self._state.take_done()
-        if len(done) == 1:
-            envs = lists[done[0]]
-            ids = np.arange(envs[0], envs[-1] + 1, dtype=np.int64)
-        else:
-            ids = np.array(sorted(e for worker in done for e in lists[worker]), dtype=np.int64)
+        ids = np.array(sorted(done), dtype=np.int64)
         return self._store.rows_of(ids, parts, old_api)
 
     def _wait(
