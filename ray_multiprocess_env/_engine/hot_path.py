@@ -221,6 +221,9 @@ class HotPath:
 
 
 def _in_shared_memory(reply: tuple[Any, ...]) -> bool:
-    """Whether a worker's step reply is all in the shared memory (rows and info columns)."""
+    """Whether a step's reply has its rows in shared memory and no info pieces to merge.
+
+    Batched infos all in their columns, or one dict per env (SB3's layout).
+    """
     infos = reply[4]
-    return reply[0] is None and type(infos) is tuple and infos[0] is None
+    return reply[0] is None and (type(infos) is dict or (type(infos) is tuple and infos[0] is None))
