@@ -178,7 +178,7 @@ class RayLauncher:
                 except Exception as err:  # e.g. /proc not readable: pipes alone
                     if strict and isinstance(err, TimeoutError):
                         raise
-                    logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), err)
+                    logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), str(err))
                     self._stop_serving(worker)
             try:
                 pipe = PipeTransport(worker.actor, deadline, grace)
@@ -186,7 +186,7 @@ class RayLauncher:
             except (OSError, RuntimeError, TimeoutError, RayError) as err:
                 if strict and isinstance(err, TimeoutError):
                     raise
-                logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), err)
+                logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), str(err))
 
     def _stop_serving(self, worker: Worker) -> None:
         """After a transport that failed half-way: the worker's `serve` ends, Ray calls work."""
