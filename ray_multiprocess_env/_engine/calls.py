@@ -193,6 +193,17 @@ class Calls:
             mismatch is None and first["observation_space"] is not None,
         )
 
+    def close_envs(self, seconds: float) -> Exception | None:
+        """Ask every worker to close its envs within `seconds`: the error, if one failed."""
+        failed = self.pool.close_envs(seconds)
+        if not failed:
+            return None
+        errors = [t for t in failed if t.outcome is not None]
+        if errors:
+            return self.error(Call("close", "close", failed), errors)
+        late = sorted(i for t in failed for i in t.envs)
+        return TimeoutError(f"`close` timed out after {seconds} s: env(s) {late} did not answer.")
+
     def abandon(self, call: Call) -> None:
         """Give `call` up: replies still to come for it are dropped."""
         for ticket in call.tickets:

@@ -47,7 +47,7 @@ from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
 from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport
-from ray_multiprocess_env.batch import copy_batch, split_batch, take
+from ray_multiprocess_env.batch import split_batch
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.placement import plan_placement
 
@@ -267,11 +267,20 @@ class Engine(FirstReadyVerbs):
                 per_env[env] = (action,)
             rows = self._calls.apply("step", per_env, None, label)
             return Batch(None, None, None, None, None, rows=rows)
-        args, envs = self._split(actions, env_ids)
-        call = self._calls.launch("step", args, label, envs, shared_args=True)
-        replies = self._calls.wait(call)
         ids = np.array(sorted(env_ids), dtype=np.int64)
-        return self._assemble(replies, [None if a is None else a[1] for a in args], ids, ids)
+        deadline = deadline_in(self._pool.options.timeout)
+        call = None if self._hot is None else self._hot.launch_envs(actions, env_ids, label)
+        if call is not None:  # whole workers' envs, each worker rung
+            batch = self._hot.step_envs(call, ids, deadline)  # type: ignore[union-attr]
+            if batch is not None:
+                return batch
+            positions: list[Any] = [None] * len(self._pool.workers)
+        else:
+            args, envs = self._split(actions, env_ids)
+            call = self._calls.launch("step", args, label, envs, shared_args=True)
+            positions = [None if a is None else a[1] for a in args]
+        replies = self._calls.wait(call, deadline=deadline)
+        return self._assemble(replies, positions, ids, ids)
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(
@@ -395,35 +404,16 @@ class Engine(FirstReadyVerbs):
             return
         workers = self._pool.workers
         batch = self._assemble([replies.get(w.index) for w in workers], [None] * len(workers))
-        batch.observations = copy_batch(batch.observations)
-        for name in ("rewards", "terminations", "truncations"):
-            setattr(batch, name, np.array(getattr(batch, name)))
-        batch.shared = False
-        error._batch = batch
-        for worker in workers:
-            rows = list(worker.envs)
-            error.worker_results[worker.index] = (
-                take(self.spec.observation_space, batch.observations, rows),
-                *(array[rows] for array in batch.arrays()),
-            )
+        error._batch, rows = self._store.kept(batch, [w.envs for w in workers])
+        error.worker_results.update(rows)
 
     def _close_envs(self, kill: bool) -> None:
         """Ask every worker to close its envs, within `_CLOSE_S` at most."""
-        seconds = min(self._pool.options.bound, _CLOSE_S)
-        failed = self._pool.close_envs(seconds)
-        if not failed:
-            return
-        errors = [t for t in failed if t.outcome is not None]
-        if errors:
-            error: Exception = self._calls.error(Call("close", "close", failed), errors)
-        else:
-            late = sorted(i for t in failed for i in t.envs)
-            error = TimeoutError(
-                f"`close` timed out after {seconds} s: env(s) {late} did not answer."
-            )
-        if not kill:
+        error = self._calls.close_envs(min(self._pool.options.bound, _CLOSE_S))
+        if error is not None and not kill:
             raise error
-        logger.warning("Killing the actors after a failed `close`: %s", error)
+        if error is not None:
+            logger.warning("Killing the actors after a failed `close`: %s", error)
 
     def _release_memory(self) -> None:
         """Release the shared memory, even where a failure's traceback still holds views."""

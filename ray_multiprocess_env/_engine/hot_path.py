@@ -1,15 +1,15 @@
-"""The hot path: first-ready `send`/`recv` and the full step, while every worker is well.
+"""The hot path: first-ready `send`/`recv`, the full step and `step_envs`, while all is well.
 
 The common case of these verbs (same-node workers on shared memory, whole workers stepped,
-every answer fine, every info in its column) costs the driver what the bare design of
+every answer fine, no info pieces to merge) costs the driver what the bare design of
 ``tools/sol_probe.py`` does: the actions written into the shared memory and one doorbell per
 worker, one ``poll`` on the workers' pipes, the rows of the workers that answered handed out.
 Anything else (an env error, a dead or late worker, an interrupt, a reset in flight, actions or
 infos off the shared layout, some of a worker's envs) goes to the slow path (`Calls`,
 `FirstReadyVerbs`), which finds the hot path's calls as its own: the hot path skips layers,
-never bookkeeping. Each call it sends is a `Ticket` in the call state, so a timeout, a
-Ctrl-C, `close` or the next call of any verb sees it, and each method here either does all
-of its work or hands the call to the slow path untouched (None, False).
+never bookkeeping. Each call it sends is a `Ticket` (in the call state, for the asynchronous
+verbs), so a timeout, a Ctrl-C, `close` or the next call of any verb sees it, and each method
+here either does all of its work or hands the call to the slow path untouched (None, False).
 """
 
 from __future__ import annotations
@@ -74,8 +74,12 @@ class HotPath:
             row += len(envs)
         return runs
 
-    def _ring(self, actions: Any, runs: list[tuple[int, int]], kind: str) -> list[Ticket] | None:
-        """Step the workers of `runs` (all or none): their tickets, or None if one cannot."""
+    def _ring(self, actions: Any, runs: list[tuple[int, int]]) -> list[Ticket] | None:
+        """Step the workers of `runs` (all or none): their tickets, or None if one cannot.
+
+        A Ctrl-C held back while they are rung is raised after, before the caller keeps the
+        tickets: the call is given up, as `Calls.launch`'s.
+        """
         transports = self._hot_transports()
         if transports is None or type(actions) is not np.ndarray:
             return None
@@ -86,7 +90,7 @@ class HotPath:
                 return None
             chunks.append(chunk)
         workers, tickets = self._pool.workers, []
-        with deferred_interrupts():  # every worker rung, or none (as `Calls.launch`)
+        with deferred_interrupts():  # every worker rung, or none
             for (worker, _), chunk in zip(runs, chunks, strict=True):
                 ticket = Ticket(
                     worker, workers[worker].generation, "step", (chunk, None),
@@ -94,38 +98,27 @@ class HotPath:
                 )  # fmt: skip
                 transports[worker].ring(ticket, chunk)
                 tickets.append(ticket)
-        if kind == "send":  # (a Ctrl-C held back above gives the call up, as the slow path's)
-            self._state.put_in_flight((ticket, "step") for ticket in tickets)
-        else:
-            self._state.begin_step(Call("step", "step", tickets))
         return tickets
 
-    # -- the full step -------------------------------------------------------------------------
-    def step_async(self, actions: Any) -> bool:
-        """`Engine.step_async` with every worker rung; False: the slow path's to do."""
-        if self._state.state is not State.IDLE:
-            return False
-        return self._ring(actions, self._every_worker, "step") is not None
+    def _answers(
+        self, tickets: list[Ticket], deadline: float | None
+    ) -> tuple[list[tuple[int, Any]], bool] | None:
+        """Wait for every ticket; if all answered well, what the store needs of their replies.
 
-    def step_wait(self, deadline: float | None) -> Batch | None:
-        """`Engine.step_wait` once every worker answered well; None: the slow path's to do.
-
-        None (the step still pending) when the wait reaches `deadline`, or when anything
-        about the pending step or its answers is not the hot path's.
+        That is ``(first env, infos)`` per worker and whether an env spoke old gym's API; None
+        (nothing given up) hands the call to the slow path. A Ctrl-C gives the call up (its
+        replies are dropped when they come) and is raised.
         """
-        call = self._state.pending
         transports = self._hot_transports()
-        if call is None or transports is None:
+        if transports is None:
             return None
-        tickets = call.tickets
         for ticket in tickets:
             if ticket.transport is not transports[ticket.worker]:
                 return None
         try:
             if not self._wait(tickets, self._pool.num_envs, deadline, transports):
                 return None
-        except BaseException:  # Ctrl-C: the step is given up, as the slow path's
-            self._state.take_pending()
+        except BaseException:
             for ticket in tickets:
                 if ticket.outcome is None and ticket.transport is not None:
                     ticket.transport.forget(ticket)
@@ -138,8 +131,52 @@ class HotPath:
                 return None
             parts.append((lists[ticket.worker][0], reply[4]))
             old_api |= reply[5]
+        return parts, old_api
+
+    # -- the full step, and a step of some workers' envs ------------------------------------------
+    def step_async(self, actions: Any) -> bool:
+        """`Engine.step_async` with every worker rung; False: the slow path's to do."""
+        if self._state.state is not State.IDLE:
+            return False
+        tickets = self._ring(actions, self._every_worker)
+        if tickets is None:
+            return False
+        self._state.begin_step(Call("step", "step", tickets))
+        return True
+
+    def step_wait(self, deadline: float | None) -> Batch | None:
+        """`Engine.step_wait` once every worker answered well; None: the slow path's to do.
+
+        None (the step still pending) when the wait reaches `deadline`, or when anything
+        about the pending step or its answers is not the hot path's. A Ctrl-C gives it up.
+        """
+        call = self._state.pending
+        if call is None:
+            return None
+        try:
+            answers = self._answers(call.tickets, deadline)
+        except BaseException:
+            self._state.take_pending()
+            raise
+        if answers is None:
+            return None
         self._state.take_pending()
-        return self._store.batch(parts, old_api)
+        return self._store.batch(*answers)
+
+    def launch_envs(self, actions: Any, env_ids: Any, label: str) -> Call | None:
+        """`Engine.step_envs`'s call, if its envs are whole workers' (None: not sent)."""
+        runs = self._whole_workers(env_ids)
+        tickets = None if runs is None else self._ring(actions, runs)
+        return None if tickets is None else Call("step", label, tickets)
+
+    def step_envs(self, call: Call, env_ids: np.ndarray, deadline: float | None) -> Batch | None:
+        """The batch of the envs `env_ids` (ascending) that `call` stepped, all answered well.
+
+        None if not by `deadline`, or if anything is not the hot path's: `call` is then the
+        slow path's to wait for and judge.
+        """
+        answers = self._answers(call.tickets, deadline)
+        return None if answers is None else self._store.rows_of(env_ids, *answers)
 
     # -- first-ready --------------------------------------------------------------------------
     def send(self, actions: Any, env_ids: Any) -> bool:
@@ -156,7 +193,11 @@ class HotPath:
                 envs = lists[worker]
                 if busy[envs[0] : envs[-1] + 1].any():
                     return False
-        return self._ring(actions, runs, "send") is not None
+        tickets = self._ring(actions, runs)
+        if tickets is None:
+            return False
+        self._state.put_in_flight((ticket, "step") for ticket in tickets)
+        return True
 
     def recv(self, min_envs: int, deadline: float | None) -> Batch | None:
         """`FirstReadyVerbs.recv` once `min_envs` envs are in; None: the slow path's to do.

@@ -25,7 +25,7 @@ from ray_multiprocess_env._protocol.shared_layout import (
     SharedBatch,
     covered,
 )
-from ray_multiprocess_env.batch import stack, take, unstack
+from ray_multiprocess_env.batch import copy_batch, stack, take, unstack
 
 __all__ = ["BatchStore"]
 
@@ -152,6 +152,26 @@ class BatchStore:
         else:
             infos = self._infos(parts, len(env_ids), env_ids, _rows_map(env_ids, self.num_envs))
         return Batch(observations, *arrays, infos, env_ids, old_api, False)
+
+    def kept(self, batch: Batch, spans: Sequence[range]) -> tuple[Batch, dict[int, Any]]:
+        """A copy of `batch` that later calls leave alone, and each worker's rows of it.
+
+        `spans`: each worker's envs. The rows are ``(observations, rewards, terminations,
+        truncations)`` by worker index (`RemoteEnvError.worker_results`).
+        """
+        batch.observations = copy_batch(batch.observations)
+        batch.rewards, batch.terminations, batch.truncations = (
+            np.array(array) for array in batch.arrays()
+        )
+        batch.shared = False
+        rows = {}
+        for worker, span in enumerate(spans):
+            envs = list(span)
+            rows[worker] = (
+                take(self._space, batch.observations, envs),
+                *(array[envs] for array in batch.arrays()),
+            )
+        return batch, rows
 
     # -- in ---------------------------------------------------------------------------------------
     def put(self, start: int, positions: Sequence[int] | None, reply: Any) -> None:
