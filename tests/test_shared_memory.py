@@ -17,10 +17,12 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import GymnasiumVectorEnv
+from ray_multiprocess_env._engine import hot_path
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env._protocol.shared_layout import write_actions
 from ray_multiprocess_env.batch import copy_batch
+from tests.envs import FlakyEnv
 from tests.envs_spaces import NestedSpacesEnv
 from tests.helpers import (
     assert_killed,
@@ -226,3 +228,28 @@ def test_first_ready_mixing_whole_workers_and_some_envs_matches_plain_envs():
         actions = rng.uniform(-1, 1, (4, 6)).astype(np.float32)
         obs, rewards, *_ = envs.step(actions)  # the full step after it, also on the hot path
         np.testing.assert_array_equal(obs, plain_step(range(4), actions)[0])
+
+
+def test_a_dead_worker_outside_the_calls_leaves_them_on_the_hot_path(monkeypatch):
+    """A worker that died idle does not take the other workers' calls off the hot path.
+
+    Only the workers a call waits on matter; the next call to the dead one finds it dead.
+    """
+    answered = []
+    recv = hot_path.HotPath.recv
+
+    def spy(self, min_envs, deadline):
+        batch = recv(self, min_envs, deadline)
+        answered.append(batch is not None)
+        return batch
+
+    monkeypatch.setattr(hot_path.HotPath, "recv", spy)
+    with contextlib.closing(GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=1)) as envs:
+        envs.reset()
+        os.kill(worker_pids(envs)[2], signal.SIGKILL)
+        assert_killed(envs.remote_envs[2])
+        for _ in range(3):
+            envs.send(np.array([1, 1]), [0, 1])
+            *_, info = envs.recv(batch_size=2, timeout=5)
+            assert info["env_id"].tolist() == [0, 1]
+        assert answered == [True] * 3

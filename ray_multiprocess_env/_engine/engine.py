@@ -229,10 +229,9 @@ class Engine(FirstReadyVerbs):
 
     def step_wait(self, timeout: float | None = None) -> Batch:
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
-        seconds = self._pool.options.timeout if timeout is None else timeout
-        deadline = deadline_in(seconds)
-        hot = self._hot
-        if hot is not None:
+        hot, deadline = self._hot, None
+        if hot is not None and self._state.pending is not None:  # (else the errors below)
+            deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
             batch = hot.step_wait(deadline)
             if batch is not None:
                 return batch

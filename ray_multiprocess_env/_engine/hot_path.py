@@ -40,25 +40,40 @@ class HotPath:
         self._tuples = [tuple(w.envs) for w in workers]
         self._every_worker = [(w.index, w.envs.start) for w in workers]
         self._transports: list[Any] = []
-        self._poller: Any = None
-        self._by_fd: dict[int, HotTransport] = {}
+        # a poller of the pipes of each set of workers waited on (a bit per worker)
+        self._pollers: dict[int, tuple[Any, dict[int, HotTransport]]] = {}
 
     def _hot_transports(self) -> list[HotTransport] | None:
-        """The workers' transports if every one is hot and working (a poller of their pipes)."""
+        """The workers' transports if every one is hot (and was working when last replaced)."""
         transports = [w.transport for w in self._pool.workers]
         if transports != self._transports:  # (by identity: a worker was replaced)
             if not all(t.hot for t in transports):
                 return None
-            hot = cast(list[HotTransport], transports)
-            if any(t.broken for t in hot):
+            if any(t.broken for t in cast(list[HotTransport], transports)):
                 return None
-            poller, by_fd = select.poll(), {}
-            for transport in hot:
-                fd = transport.fileno()
-                poller.register(fd, select.POLLIN)
-                by_fd[fd] = transport
-            self._transports, self._poller, self._by_fd = transports, poller, by_fd
+            self._transports, self._pollers = transports, {}
         return cast(list[HotTransport], self._transports)
+
+    def _poller(self, tickets: list[Ticket]) -> tuple[Any, dict[int, HotTransport]]:
+        """A poller of the pipes of the `tickets`' workers, and their transports by descriptor.
+
+        Only theirs: a worker outside the call is none of its business (as for the slow
+        path's waiter), even if it dies meanwhile.
+        """
+        key = 0
+        for ticket in tickets:
+            key |= 1 << ticket.worker
+        found = self._pollers.get(key)
+        if found is None:
+            poller, by_fd = select.poll(), {}
+            for ticket in tickets:
+                transport = cast(HotTransport, ticket.transport)
+                fd = transport.fileno()
+                if fd not in by_fd:
+                    poller.register(fd, select.POLLIN)
+                    by_fd[fd] = transport
+            found = self._pollers[key] = (poller, by_fd)
+        return found
 
     def _whole_workers(self, env_ids: Any) -> list[tuple[int, int]] | None:
         """``(worker, first row)`` for each worker whose envs `env_ids` are, in their order."""
@@ -91,13 +106,17 @@ class HotPath:
             chunks.append(chunk)
         workers, tickets = self._pool.workers, []
         with deferred_interrupts():  # every worker rung, or none
-            for (worker, _), chunk in zip(runs, chunks, strict=True):
-                ticket = Ticket(
-                    worker, workers[worker].generation, "step", (chunk, None),
-                    self._tuples[worker], True,
-                )  # fmt: skip
-                transports[worker].ring(ticket, chunk)
-                tickets.append(ticket)
+            try:
+                for (worker, _), chunk in zip(runs, chunks, strict=True):
+                    ticket = Ticket(
+                        worker, workers[worker].generation, "step", (chunk, None),
+                        self._tuples[worker], True,
+                    )  # fmt: skip
+                    transports[worker].ring(ticket, chunk)
+                    tickets.append(ticket)
+            except BaseException:
+                _give_up(tickets)
+                raise
         return tickets
 
     def _answers(
@@ -109,19 +128,11 @@ class HotPath:
         (nothing given up) hands the call to the slow path. A Ctrl-C gives the call up (its
         replies are dropped when they come) and is raised.
         """
-        transports = self._hot_transports()
-        if transports is None:
-            return None
-        for ticket in tickets:
-            if ticket.transport is not transports[ticket.worker]:
-                return None
         try:
-            if not self._wait(tickets, self._pool.num_envs, deadline, transports):
+            if not self._waited(tickets, self._pool.num_envs, deadline):
                 return None
         except BaseException:
-            for ticket in tickets:
-                if ticket.outcome is None and ticket.transport is not None:
-                    ticket.transport.forget(ticket)
+            _give_up(tickets)
             raise
         parts, old_api, lists = [], False, self._lists
         for ticket in tickets:
@@ -205,15 +216,12 @@ class HotPath:
         None (nothing taken out of flight) when the wait reaches `deadline`, or when anything
         in flight or in what came back is not the hot path's.
         """
-        transports = self._hot_transports()
-        if transports is None:
-            return None
         tickets = []
         for ticket, kind in self._state.in_flight:
-            if kind != "step" or ticket.transport is not transports[ticket.worker]:
+            if kind != "step":
                 return None
             tickets.append(ticket)
-        if not self._wait(tickets, min_envs, deadline, transports):
+        if not self._waited(tickets, min_envs, deadline):
             return None
         done: list[int] = []
         parts, old_api, lists = [], False, self._lists
@@ -231,18 +239,20 @@ class HotPath:
         ids = np.array(sorted(done), dtype=np.int64)
         return self._store.rows_of(ids, parts, old_api)
 
-    def _wait(
-        self,
-        tickets: list[Ticket],
-        min_envs: int,
-        deadline: float | None,
-        transports: list[HotTransport],
-    ) -> bool:
-        """Read the workers' pipes until `min_envs` envs of the `tickets` are in (or all).
+    def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
+        """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).
 
-        False at `deadline`, or if a worker's pipe is broken or has a message still to write.
+        False (the slow path's to wait) unless every ticket is on its worker's hot transport
+        of now; at `deadline`; or if one of their pipes broke or has a message to write.
         """
-        poller, by_fd = self._poller, self._by_fd
+        transports = self._hot_transports()
+        if transports is None:
+            return False
+        for ticket in tickets:
+            transport = transports[ticket.worker]
+            if ticket.transport is not transport or transport.broken:  # (a lost worker's)
+                return False
+        poller, by_fd = self._poller(tickets)
         while True:
             settled = envs_in = 0
             for ticket in tickets:
@@ -250,7 +260,7 @@ class HotPath:
                     settled, envs_in = settled + 1, envs_in + len(ticket.envs)
             if envs_in >= min_envs or settled == len(tickets):
                 return True
-            for transport in transports:
+            for transport in by_fd.values():
                 if transport.broken or transport.wants_write:
                     return False
             left = remaining(deadline)
@@ -261,10 +271,19 @@ class HotPath:
                 by_fd[fd].pump()
 
 
+def _give_up(tickets: list[Ticket]) -> None:
+    """Drop interest in the `tickets` without an outcome (as `Calls.abandon`)."""
+    for ticket in tickets:
+        if ticket.outcome is None and ticket.transport is not None:
+            ticket.transport.forget(ticket)
+
+
 def _in_shared_memory(reply: tuple[Any, ...]) -> bool:
     """Whether a step's reply has its rows in shared memory and no info pieces to merge.
 
     Batched infos all in their columns, or one dict per env (SB3's layout).
     """
     infos = reply[4]
-    return reply[0] is None and (type(infos) is dict or (type(infos) is tuple and infos[0] is None))
+    return reply[0] is None and (
+        type(infos) is dict or (type(infos) is tuple and len(infos) == 2 and infos[0] is None)
+    )

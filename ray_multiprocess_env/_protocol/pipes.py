@@ -116,6 +116,7 @@ def _in_shared_memory(value: Any) -> bool:
         and terminations is None
         and truncations is None
         and type(infos) is tuple
+        and len(infos) == 2
         and infos[0] is None
         and type(infos[1]) is int
         and type(old_api) is bool

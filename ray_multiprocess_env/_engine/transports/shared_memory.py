@@ -114,15 +114,15 @@ class SharedMemoryTransport(PipeTransport):
         """Send `ticket`, a step of all of this worker's envs, as a doorbell (the hot path).
 
         Call it with interrupts held back, after `can_ring`. The actions go into the shared
-        memory, the fixed doorbell message onto the pipe. A worker that is gone is found by
-        the next wait, on its closed "done" pipe.
+        memory, the fixed doorbell message onto the pipe.
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
         ticket.transport = self
         self._seq = seq = self._seq + 1
         ticket.handle = seq
         self._waiting[seq] = ticket
-        self._outbox.send(self._go, seq, _DOORBELL)
+        if not self._outbox.send(self._go, seq, _DOORBELL):
+            self._break()  # the worker closed its end: it is gone (as in `submit`)
 
     def _received(self, seq: int, payload: bytes) -> None:
         if seq != self._share_seq:
