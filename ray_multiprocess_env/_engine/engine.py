@@ -268,9 +268,10 @@ class Engine(FirstReadyVerbs):
             return Batch(None, None, None, None, None, rows=rows)
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
-        call = None if self._hot is None else self._hot.launch_envs(actions, env_ids, label)
-        if call is not None:  # whole workers' envs, each worker rung
-            batch = self._hot.step_envs(call, ids, deadline)  # type: ignore[union-attr]
+        hot = self._hot
+        call = None if hot is None else hot.launch_envs(actions, env_ids, label)
+        if hot is not None and call is not None:  # whole workers' envs, each worker rung
+            batch = hot.step_envs(call, ids, deadline)
             if batch is not None:
                 return batch
             positions: list[Any] = [None] * len(self._pool.workers)
