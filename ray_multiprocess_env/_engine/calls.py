@@ -100,9 +100,7 @@ class Calls:
             RemoteEnvError: An env raised (`EnvCrashedError`: a worker died).
         """
         seconds = self.pool.options.timeout if timeout is None else timeout
-        longer = self.pool.seconds_for(call.tickets, seconds)
-        if deadline is None or longer != seconds:
-            seconds, deadline = longer, deadline_in(longer)
+        seconds, deadline = self.pool.deadline_for(call.tickets, seconds, deadline)
         try:
             wait_tickets(call.tickets, deadline, len(call.tickets))
             ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)

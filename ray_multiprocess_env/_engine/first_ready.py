@@ -137,9 +137,7 @@ class FirstReadyVerbs:
         """
         tickets = [ticket for ticket, _ in self._state.in_flight]
         seconds = self._pool.options.timeout if timeout is None else timeout
-        longer = self._pool.seconds_for(tickets, seconds)
-        if longer != seconds:
-            seconds, deadline = longer, deadline_in(longer)
+        seconds, deadline = self._pool.deadline_for(tickets, seconds, deadline)
         progress = -1
         while True:
             settled = envs_in = 0

@@ -23,6 +23,7 @@ from ray_multiprocess_env._engine.call_state import Call, CallState, State
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import HotTransport, Ticket, remaining
 
@@ -75,20 +76,6 @@ class HotPath:
             found = self._pollers[key] = (poller, by_fd)
         return found
 
-    def _whole_workers(self, env_ids: Any) -> list[tuple[int, int]] | None:
-        """``(worker, first row)`` for each worker whose envs `env_ids` are, in their order."""
-        ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
-        owner, lists = self._owner, self._lists
-        runs, row, count = [], 0, len(ids)
-        while row < count:
-            worker = owner[ids[row]]
-            envs = lists[worker]
-            if ids[row : row + len(envs)] != envs:
-                return None
-            runs.append((worker, row))
-            row += len(envs)
-        return runs
-
     def _ring(self, actions: Any, runs: list[tuple[int, int]]) -> list[Ticket] | None:
         """Step the workers of `runs` (all or none): their tickets, or None if one cannot.
 
@@ -134,11 +121,18 @@ class HotPath:
         except BaseException:
             _give_up(tickets)
             raise
+        return self._parts(tickets)
+
+    def _parts(self, tickets: list[Ticket]) -> tuple[list[tuple[int, Any]], bool] | None:
+        """``(first env, infos)`` per ticket and whether an env spoke old gym's API.
+
+        None unless every ticket answered well with a reply the hot path takes.
+        """
         parts, old_api, lists = [], False, self._lists
         for ticket in tickets:
             outcome = ticket.outcome
             reply = outcome.value if outcome is not None and outcome.ok else None
-            if type(reply) is not tuple or not _in_shared_memory(reply):
+            if type(reply) is not tuple or not _hot_reply(reply):
                 return None
             parts.append((lists[ticket.worker][0], reply[4]))
             old_api |= reply[5]
@@ -176,7 +170,7 @@ class HotPath:
 
     def launch_envs(self, actions: Any, env_ids: Any, label: str) -> Call | None:
         """`Engine.step_envs`'s call, if its envs are whole workers' (None: not sent)."""
-        runs = self._whole_workers(env_ids)
+        runs = whole_worker_runs(self._lists, self._owner, env_ids)
         tickets = None if runs is None else self._ring(actions, runs)
         return None if tickets is None else Call("step", label, tickets)
 
@@ -195,7 +189,7 @@ class HotPath:
         state = self._state
         if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
             return False
-        runs = self._whole_workers(env_ids)
+        runs = whole_worker_runs(self._lists, self._owner, env_ids)
         if runs is None:
             return False
         if state.busy_count:
@@ -223,21 +217,14 @@ class HotPath:
             tickets.append(ticket)
         if not self._waited(tickets, min_envs, deadline):
             return None
-        done: list[int] = []
-        parts, old_api, lists = [], False, self._lists
-        for ticket in tickets:
-            outcome = ticket.outcome
-            if outcome is None:
-                continue
-            reply = outcome.value if outcome.ok else None
-            if type(reply) is not tuple or not _in_shared_memory(reply):
-                return None
-            done.extend(ticket.envs)  # (a slow path's `send` may have sent some envs)
-            parts.append((lists[ticket.worker][0], reply[4]))
-            old_api |= reply[5]
+        done = [ticket for ticket in tickets if ticket.outcome is not None]
+        answers = self._parts(done)
+        if answers is None:
+            return None
         self._state.take_done()
-        ids = np.array(sorted(done), dtype=np.int64)
-        return self._store.rows_of(ids, parts, old_api)
+        # (the envs each ticket ran: a slow path's `send` may have sent some of a worker's)
+        ids = np.array(sorted(env for ticket in done for env in ticket.envs), dtype=np.int64)
+        return self._store.rows_of(ids, *answers)
 
     def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
         """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).
@@ -278,7 +265,7 @@ def _give_up(tickets: list[Ticket]) -> None:
             ticket.transport.forget(ticket)
 
 
-def _in_shared_memory(reply: tuple[Any, ...]) -> bool:
+def _hot_reply(reply: tuple[Any, ...]) -> bool:
     """Whether a step's reply has its rows in shared memory and no info pieces to merge.
 
     Batched infos all in their columns, or one dict per env (SB3's layout).

@@ -130,7 +130,19 @@ class Pool:
             raise
         return pool
 
-    def seconds_for(self, tickets: Sequence[Ticket], seconds: float | None) -> float | None:
+    def deadline_for(
+        self, tickets: Sequence[Ticket], seconds: float | None, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """`seconds` and `deadline` of a call of `tickets`, longer for a first call.
+
+        `deadline`: the call's, from `seconds` (None: it starts now).
+        """
+        longer = self._seconds_for(tickets, seconds)
+        if deadline is None or longer != seconds:
+            return longer, deadline_in(longer)
+        return seconds, deadline
+
+    def _seconds_for(self, tickets: Sequence[Ticket], seconds: float | None) -> float | None:
         """How long a call of `tickets` may take: `seconds`, or more for a first call.
 
         The user's own actors start with their first call, which is given at least the time

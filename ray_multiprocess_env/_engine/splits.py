@@ -15,7 +15,7 @@ import numpy as np
 from ray_multiprocess_env._engine.pool import Worker
 from ray_multiprocess_env.batch import split_batch, take
 
-__all__ = ["Split", "split_per_worker"]
+__all__ = ["Split", "split_per_worker", "whole_worker_runs"]
 
 #: Each worker's step arguments ``(its actions, their positions)`` (None: not called), and the
 #: envs each worker steps (None: all of its envs, in order, positions None).
@@ -41,6 +41,27 @@ def split_per_worker(
     return args, envs
 
 
+def whole_worker_runs(
+    env_lists: Sequence[list[int]], owner: Sequence[int], env_ids: Any
+) -> list[tuple[int, int]] | None:
+    """``(worker, first row)`` for each worker, if `env_ids` are whole workers' envs in order.
+
+    `env_lists`: each worker's envs; `owner`: each env's worker. None if `env_ids` are not
+    such envs (what `recv` hands back is).
+    """
+    ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
+    runs, row, count, seen = [], 0, len(ids), 0
+    while row < count:
+        worker = owner[ids[row]]
+        envs = env_lists[worker]
+        if seen >> worker & 1 or ids[row : row + len(envs)] != envs:
+            return None
+        seen |= 1 << worker
+        runs.append((worker, row))
+        row += len(envs)
+    return runs
+
+
 def _split_whole_workers(
     workers: Sequence[Worker], owner: Sequence[int], action_space: Any, actions: Any, env_ids: Any
 ) -> Split | None:
@@ -48,21 +69,13 @@ def _split_whole_workers(
 
     None if `env_ids` are not such envs.
     """
+    runs = whole_worker_runs([worker.env_list for worker in workers], owner, env_ids)
+    if runs is None:
+        return None
     args: list[tuple[Any, ...] | None] = [None] * len(workers)
     envs: list[Sequence[int] | None] = [()] * len(workers)
-    row, count, bounds = 0, len(env_ids), []
-    while row < count:
-        worker = workers[owner[env_ids[row]]]
-        start, stop = worker.envs.start, worker.envs.stop
-        end = row + stop - start
-        if env_ids[row] != start or end > count or env_ids[end - 1] != stop - 1:
-            return None
-        if args[worker.index] is not None or list(env_ids[row:end]) != worker.env_list:
-            return None
-        args[worker.index], envs[worker.index] = (), None
-        bounds.append((worker.index, row, end))
-        row = end
-    chunks = split_batch(action_space, actions, [(a, b) for _, a, b in bounds])
-    for (index, _, _), chunk in zip(bounds, chunks, strict=True):
-        args[index] = (chunk, None)
+    bounds = [(row, row + len(workers[index].envs)) for index, row in runs]
+    chunks = split_batch(action_space, actions, bounds)
+    for (index, _), chunk in zip(runs, chunks, strict=True):
+        args[index], envs[index] = (chunk, None), None
     return args, envs
