@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.call_state import Call, CallState
 from ray_multiprocess_env._engine.calls import (
     Calls,
@@ -81,6 +82,7 @@ class Engine(FirstReadyVerbs):
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
         self._hot: HotPath | None = None
+        self._workers_here = 0  # worker processes on the driver's node (`driver_threads`)
         self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
         try:
             self.spec = EngineSpec(pool.num_envs)
@@ -100,6 +102,9 @@ class Engine(FirstReadyVerbs):
             pool.launcher.open(pool.workers, pool.shared, [], deadline)
             if self._store is not None and self._store.shared is not None:
                 self._hot = HotPath(pool, self._state, self._store)
+            here = _here()
+            self._workers_here = sum(w.node_id == here for w in pool.workers)
+            driver_threads.add_workers(self._workers_here)
         except BaseException:
             self.close()
             raise
@@ -184,6 +189,8 @@ class Engine(FirstReadyVerbs):
                 (their rows are part of the batch).
         """
         self._state.check_idle(label, in_flight_ok=in_flight_ok)
+        if self._workers_here:
+            driver_threads.fit_torch()  # (torch may have been imported since the start)
         envs = None if mask is None else np.flatnonzero(mask)
         if envs is not None:
             self._state.check_not_busy(envs.tolist(), "resetting it")
@@ -359,6 +366,8 @@ class Engine(FirstReadyVerbs):
                     self._pool.close_transports()
                     self._pool.launcher.release()
                 self._release_memory()
+                driver_threads.remove_workers(self._workers_here)
+                self._workers_here = 0
 
     # -- helpers -----------------------------------------------------------------------------
     def _has(self, name: str) -> list[bool]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.call_state import Call, CallState
 from ray_multiprocess_env._engine.calls import (
     Calls,
@@ -49,6 +50,7 @@ class FirstReadyVerbs:
     _store: BatchStore | None
     _owner: list[int]  # each env's worker
     _hot: HotPath | None
+    _workers_here: int  # worker processes on the driver's node (`driver_threads`)
 
     def _collect(
         self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
@@ -63,6 +65,8 @@ class FirstReadyVerbs:
     def async_reset(self, seeds: Sequence[Any] | None = None, options: Any = None) -> None:
         """Reset every env without waiting; `recv` returns them as they finish."""
         self._state.check_idle("async_reset")
+        if self._workers_here:
+            driver_threads.fit_torch()  # (as `Engine.reset`)
         seeds = self._pool.seeds.for_reset(seeds, range(self.spec.num_envs))
         if self._store is None:
             kwargs = [reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)]
