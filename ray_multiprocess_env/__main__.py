@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import sys
 from collections.abc import Sequence
+
+from ray_multiprocess_env.bench_policies import POLICIES
 
 __all__ = ["main"]
 
@@ -46,10 +49,11 @@ def _parser() -> argparse.ArgumentParser:
         "bench",
         help="measure env steps/s of a few worker settings for one env and recommend one",
         description=(
-            "Measure GymnasiumVectorEnv throughput (random actions) for ENV, for each setting "
-            "of workers x envs per worker, print a table and the recommended setting. ENV is a "
-            "gymnasium id (CartPole-v1) or 'package.module:factory' naming a function that returns "
-            "an env (taking no argument, or the env index)."
+            "Measure GymnasiumVectorEnv throughput for ENV, for each setting of workers x envs "
+            "per worker, print a table and the recommended setting. ENV is a gymnasium id "
+            "(CartPole-v1) or 'package.module:factory' naming a function that returns an env "
+            "(taking no argument, or the env index). The actions are random, or with --policy "
+            "those of a small torch policy acting on every step, as in training."
         ),
     )
     bench.add_argument("env", metavar="ENV", help="gymnasium id or package.module:factory")
@@ -58,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--envs-per-worker", type=_int_list, default=None, help="e.g. 1,64 (1,16,64,256)"
+    )
+    bench.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help="act with a torch policy: mlp (256 x 256) or conv (frames); needs torch",
     )
     bench.add_argument("--json", action="store_true", help="print the results as JSON")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per setting (2.0)")
@@ -109,6 +119,9 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.policy is not None and importlib.util.find_spec("torch") is None:
+        print(f"error: --policy {args.policy} needs torch: pip install torch", file=sys.stderr)
+        return 2
     ensure_runtime()
     try:
         resources = ray.cluster_resources()  # type: ignore[no-untyped-call]
@@ -118,13 +131,22 @@ def _bench(args: argparse.Namespace) -> int:
         settings = [(w, k) for w in workers for k in per_worker]
         if args.workers is None and args.envs_per_worker is None:
             settings = default_settings(cpus)
-        results = sweep(env_fn, settings, seconds=args.seconds, progress=not args.no_progress)
+        results = sweep(
+            env_fn,
+            settings,
+            seconds=args.seconds,
+            progress=not args.no_progress,
+            policy=args.policy,
+        )
     finally:
         shutdown_runtime()
     if args.json:
-        print(as_json(args.env, cpus, args.seconds, results))
+        print(as_json(args.env, cpus, args.seconds, results, policy=args.policy))
         return 0
-    print(f"env: {args.env}, {cpus} CPUs in the Ray cluster, {args.seconds} s per setting")
+    acting = "random actions" if args.policy is None else f"a torch {args.policy} policy acting"
+    print(
+        f"env: {args.env}, {cpus} CPUs in the Ray cluster, {args.seconds} s per setting, {acting}"
+    )
     print(format_table(results))
     best = max(results, key=lambda r: r.steps_per_second)
     print("recommended (paste it):")

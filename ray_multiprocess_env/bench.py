@@ -119,28 +119,49 @@ def sweep(
     *,
     seconds: float = 2.0,
     progress: bool = True,
+    policy: str | None = None,
 ) -> list[BenchResult]:
-    """Measure `make_vector_env` with random actions for each (workers, envs per worker)."""
-    from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
+    """Measure `make_vector_env` for each (workers, envs per worker) setting.
+
+    The actions are random, or with `policy` (one of `bench_policies.POLICIES`) what a torch
+    policy in the loop makes of each step's observations, as in training.
+    """
     from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env
 
+    if policy is not None:
+        import torch  # noqa: F401  (as a trainer does, before its envs: see `driver_threads`)
     results = []
     settings = list(settings)
     for num_workers, per_worker in tqdm(settings, desc="settings", disable=not progress):
         envs = make_vector_env(env, num_workers=num_workers, envs_per_worker=per_worker)
         try:
-            envs.reset(seed=0)
             envs.action_space.seed(0)
-            actions = [envs.action_space.sample() for _ in range(16)]
-
-            def step(t: int, envs: GymnasiumVectorEnv = envs, actions: list[Any] = actions) -> None:
-                envs.step(actions[t % len(actions)])
-
+            step = _stepper(envs, policy)
             rate = measure_steps_per_second(step, envs.num_envs, seconds=seconds)
         finally:
             envs.close()
         results.append(BenchResult(num_workers, per_worker, rate))
     return results
+
+
+def _stepper(envs: Any, policy: str | None) -> Callable[[int], None]:
+    """One vector step of `envs` per call: random actions, or the `policy`'s (see `sweep`)."""
+    from ray_multiprocess_env.bench_policies import make_policy
+
+    observations = [envs.reset(seed=0)[0]]
+    if policy is None:
+        actions = [envs.action_space.sample() for _ in range(16)]
+
+        def step(t: int) -> None:
+            envs.step(actions[t % len(actions)])
+
+        return step
+    act = make_policy(policy, envs.single_observation_space, envs.single_action_space)
+
+    def step_with_policy(t: int) -> None:
+        observations[0] = envs.step(act(observations[0]))[0]
+
+    return step_with_policy
 
 
 def format_table(results: Sequence[BenchResult]) -> str:
@@ -166,8 +187,14 @@ def default_settings(cpus: int) -> list[tuple[int, int]]:
     return [(w, k) for w in workers for k in DEFAULT_ENVS_PER_WORKER]
 
 
-def as_json(spec: str, cpus: int, seconds: float, results: Sequence[BenchResult]) -> str:
-    """`results` as JSON: the env, the CPUs, each setting's env steps/s, the recommended one."""
+def as_json(
+    spec: str,
+    cpus: int,
+    seconds: float,
+    results: Sequence[BenchResult],
+    policy: str | None = None,
+) -> str:
+    """`results` as JSON: the env, the CPUs, the policy, each setting's steps/s, the best one."""
     best = max(results, key=lambda r: r.steps_per_second)
     settings = [
         {
@@ -179,5 +206,11 @@ def as_json(spec: str, cpus: int, seconds: float, results: Sequence[BenchResult]
         }
         for r in results
     ]
-    document = {"env": spec, "cpus": cpus, "seconds_per_setting": seconds, "settings": settings}
+    document = {
+        "env": spec,
+        "cpus": cpus,
+        "seconds_per_setting": seconds,
+        "policy": policy,
+        "settings": settings,
+    }
     return json.dumps(document, indent=2)

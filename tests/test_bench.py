@@ -116,3 +116,13 @@ def test_bench_json_output_and_default_settings(ray_address):
     assert settings == [(1, 1), (1, 4)]
     assert sum(s["recommended"] for s in document["settings"]) == 1
     assert all(s["steps_per_second"] > 0 for s in document["settings"])
+
+
+def test_bench_with_a_policy_in_the_loop(ray_address):
+    """``--policy mlp`` steps with a torch MLP's actions and says so in the JSON."""
+    pytest.importorskip("torch")
+    result = _bench_two_settings("CartPole-v1", ray_address, "--json", "--policy", "mlp")
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["policy"] == "mlp"
+    assert all(s["steps_per_second"] > 0 for s in document["settings"])
