@@ -5,6 +5,7 @@ Run by hand from the repository root (it writes its section of docs/benchmarks.m
     python -m benchmarks.throughput              # CartPole, 84x84 frames, a 1 ms env
     python -m benchmarks.throughput --suite real # HalfCheetah-v5 (MuJoCo) and Atari Pong
     python -m benchmarks.throughput --suite tianshou  # Tianshou's vector envs and our face
+    python -m benchmarks.throughput --suite policy    # a torch policy in the loop (trainers)
 
 Every implementation steps the same envs with the same pre-drawn actions for about `--seconds`
 seconds after a warm-up, one after the other; the tables give env steps/s, the ratio to a raw
@@ -12,7 +13,8 @@ single-env loop, and the ratio to the machine's limit (one raw loop per core at 
 in the same run. The real suite adds envpool (compiled envs, its own thread pool) and, for the
 pfrl face, pfrl's own `MultiprocessVectorEnv`. The Tianshou suite steps CartPole and
 HalfCheetah through Tianshou's interface (step every env, reset those done) with Tianshou's own
-vector envs and ours.
+vector envs and ours. The policy suite steps HalfCheetah and Pong with a torch policy acting on
+every step, as a trainer does (`benchmarks/loops.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import ray
 
-from benchmarks import peers, real_loops
+from benchmarks import loops, peers
 from benchmarks.envs import CpuBoundEnv, FramesEnv, calibrate, halfcheetah, pong
 from benchmarks.report import write_section
 from benchmarks.targets import (
@@ -40,6 +42,7 @@ from benchmarks.targets import (
     LIMIT,
     SYNC,
     Row,
+    policy_checks,
     rate,
     real_checks,
     report,
@@ -69,6 +72,7 @@ def run(
     view_k: tuple[int, ...] = (),
     real: bool = False,
     tianshou: bool = False,
+    peers_too: bool = True,
 ) -> list[Row]:
     """Measure every implementation on one env; one row per measurement.
 
@@ -91,6 +95,8 @@ def run(
         rows.append(Row(env_name, implementation, n, measured))
         log(f"{env_name}: {implementation} n={n}: {measured:.0f}/s")
 
+    if not peers_too:
+        return rows
     for n in sorted({workers * k for k in ks} | set(peer_ns)):
         fns = [env_fn] * n
         add(SYNC, n, peers.vector, functools.partial(gym.vector.SyncVectorEnv, fns), seconds)
@@ -180,7 +186,7 @@ def real(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list
     """HalfCheetah-v5 and Pong, 8 envs per worker; and what they are, for the report."""
     rows = run("HalfCheetah", halfcheetah, workers, [8], seconds, log, real=True)
     task = ENVPOOL_TASKS["HalfCheetah"]
-    rows += real_loops.rows("HalfCheetah", halfcheetah, task, workers, seconds, log)
+    rows += loops.first_ready_rows("HalfCheetah", halfcheetah, task, workers, seconds, log)
     rows += run("Pong", pong, workers, [8], seconds, log, real=True)
     envs = (
         "- HalfCheetah: gymnasium's `HalfCheetah-v5` (MuJoCo; 17 floats, 6 float32 actions, "
@@ -194,8 +200,31 @@ def real(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list
         "- First-ready (HalfCheetah): envpool's way, `num_envs = 2 x batch_size`: `recv` the "
         "envs that are ready, act, `send` them back while the others step; ours with "
         "`recv(batch_size=...)`/`send`, envpool with `make(..., batch_size=...)`. "
-        "MLP policy rows: a torch MLP (17 -> 64 -> 64 -> 6, tanh, CPU, torch's default "
-        "threads) acts on every batch received, in the lockstep `step` loop and in first-ready."
+        "The same loops with a policy acting: `--suite policy`."
+    )
+    return rows, envs
+
+
+def policy(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[list[Row], str]:
+    """HalfCheetah and Pong with a torch policy in the loop; and what that is, for the report."""
+    rows: list[Row] = []
+    for env_name, env_fn, kind in (("HalfCheetah", halfcheetah, "mlp"), ("Pong", pong, "conv")):
+        rows += run(env_name, env_fn, workers, [], seconds, log, peers_too=False)
+        task = ENVPOOL_TASKS[env_name]
+        rows += loops.policy_rows(env_name, env_fn, kind, task, workers, seconds, log)
+    envs = (
+        "- Every loop gets its actions from a torch policy in the driver "
+        "(`ray_multiprocess_env.bench_policies.make_policy`, CPU, no gradients): on "
+        "HalfCheetah-v5 the MLP 17 -> 256 -> 256 -> 6 (tanh), on Pong (as in `--suite real`) "
+        "a conv net (16 8x8/4, 32 4x4/2, 32 3x3 filters, 256 units, 6 logits).\n"
+        "- Lockstep: `obs = step(policy(obs))`; first-ready: `recv` the ready half, act, "
+        "`send` (ours `recv(batch_size=...)`, envpool `make(..., batch_size=...)`).\n"
+        "- torch defaults: torch's own intra-op threads, as a user's code leaves them; ours then "
+        "fits them to the cores its workers leave (`RAY_MULTIPROCESS_ENV_TORCH_THREADS`, "
+        "README). torch defaults kept: that variable set to `keep`. One torch thread: "
+        "`torch.set_num_threads(1)` for every implementation.\n"
+        "- Workers reniced: our worker processes set to the driver's niceness (Ray starts "
+        "them at 15) once started."
     )
     return rows, envs
 
@@ -251,6 +280,8 @@ def _markdown(
         packages += ["mujoco", "ale-py", "envpool"]
     if suite == "tianshou":
         packages += ["mujoco", "tianshou"]
+    if suite == "policy":
+        packages += ["mujoco", "ale-py", "envpool"]
     versions = ", ".join(f"{p} {_version(p)}" for p in packages)
     cpu = next(
         (
@@ -261,15 +292,22 @@ def _markdown(
         platform.processor(),
     )
     cores = os.cpu_count()
-    title = {"real": "real envs", "tianshou": "Tianshou"}.get(suite, "gymnasium, SB3 and pfrl")
-    checks = {"real": real_checks, "tianshou": tianshou_checks}.get(suite, synthetic_checks)(
-        workers
-    )
+    title = {
+        "real": "real envs",
+        "tianshou": "Tianshou",
+        "policy": "a torch policy in the loop",
+    }.get(suite, "gymnasium, SB3 and pfrl")
+    checks = {
+        "real": real_checks,
+        "tianshou": tianshou_checks,
+        "policy": policy_checks,
+    }.get(suite, synthetic_checks)(workers)
     out = [
         f"## Throughput on {cores} CPUs: {title}, against the machine's limit",
         "",
         "Env steps per second (higher is better) of every vector env on the same envs and the",
-        "same pre-drawn random actions, each run for about "
+        f"same {'torch policy' if suite == 'policy' else 'pre-drawn random'} actions, each run "
+        "for about "
         f"{seconds:g} s after a warm-up, all in one run. The machine's limit is {cores} "
         "independent raw single-env loops at once, one process per CPU (their summed rate).",
         "",
@@ -334,7 +372,9 @@ def _plot(rows: list[Row], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", choices=("synthetic", "real", "tianshou"), default="synthetic")
+    parser.add_argument(
+        "--suite", choices=("synthetic", "real", "tianshou", "policy"), default="synthetic"
+    )
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument(
         "--workers", type=int, default=None, help="default: 2 on 2 cores, else cores - 1"
@@ -346,7 +386,7 @@ def main() -> None:
     log = functools.partial(print, file=sys.stderr, flush=True)
     ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
     before = _cpu_times()
-    measure = {"real": real, "tianshou": tianshou}.get(args.suite, synthetic)
+    measure = {"real": real, "tianshou": tianshou, "policy": policy}.get(args.suite, synthetic)
     rows, envs = measure(workers, args.seconds, log)
     ray.shutdown()
     steal = _steal(before, _cpu_times())
