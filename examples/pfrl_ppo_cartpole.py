@@ -22,6 +22,10 @@ from torch import nn
 
 from ray_multiprocess_env import GymAPIBridge, RayVectorEnv
 
+# torch is imported above, before any env is made: ray_multiprocess_env then fits torch's
+# threads to the cores its workers leave, so they do not spin on them (README, "A torch
+# policy in the driver").
+
 
 def make_env() -> GymAPIBridge:
     """One CartPole-v1 with the old gym API."""

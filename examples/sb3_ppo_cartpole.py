@@ -14,6 +14,10 @@ from stable_baselines3.common.evaluation import evaluate_policy
 
 from ray_multiprocess_env import make_sb3_vec_env
 
+# torch is imported above (by stable_baselines3), before any env is made: ray_multiprocess_env
+# then fits torch's threads to the cores its workers leave, so they do not spin on them
+# (README, "A torch policy in the driver").
+
 
 def train(timesteps: int, seed: int = 0) -> float:
     """Train PPO for `timesteps` env steps; return its mean return over 10 test episodes."""
