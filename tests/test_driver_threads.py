@@ -132,10 +132,12 @@ def test_threads_within_the_cores_left_are_not_touched(caplog, monkeypatch):
 
 
 def test_a_bad_value_of_the_variable_names_it_and_the_choices(many_torch_threads, monkeypatch):
-    """A misspelt `RAY_MULTIPROCESS_ENV_TORCH_THREADS` is a `ValueError` naming the values."""
+    """A misspelt `RAY_MULTIPROCESS_ENV_TORCH_THREADS` is a `ValueError`; nothing stays counted."""
     monkeypatch.setenv(TORCH_THREADS_VARIABLE, "off")
+    counted = driver_threads._workers_here
     with pytest.raises(ValueError, match=rf"{TORCH_THREADS_VARIABLE}='off'.*'auto'.*'keep'"):
         _vector_env()
+    assert driver_threads._workers_here == counted
 
 
 def test_the_library_never_imports_torch(ray_address):

@@ -3,15 +3,16 @@
 A trainer's policy runs in the driver with torch, whose OpenMP threads (one per core by
 default) keep spinning for a while after each forward pass, on the cores that this node's env
 workers need. On a 2-core machine with 2 workers (HalfCheetah-v5, 16 envs, a 256-wide MLP)
-that made the lockstep loop 0.65x as fast as with one torch thread (see docs/performance.md).
+that made the lockstep loop 0.65x to 0.8x as fast as with one torch thread (see
+docs/performance.md).
 
 So while vector envs have worker processes on the driver's node, and torch is imported with
 more intra-op threads than the cores those workers leave to the driver, the library lowers
 torch's threads to that many (one at least), says so in the log (at WARNING the first time, then
 at INFO), and puts them back when the last of those vector envs closes (if nobody changed them
-meanwhile). The user
-keeps torch's setting with the environment variable ``RAY_MULTIPROCESS_ENV_TORCH_THREADS=keep``
-or by setting ``OMP_NUM_THREADS``. The library never imports torch itself.
+meanwhile). The user keeps torch's setting with the environment variable
+``RAY_MULTIPROCESS_ENV_TORCH_THREADS=keep`` or by setting ``OMP_NUM_THREADS``. The library
+never imports torch itself.
 """
 
 from __future__ import annotations
@@ -36,11 +37,21 @@ _warned = False  # the first change is a WARNING, later ones (envs made again) I
 
 
 def add_workers(count: int) -> None:
-    """Count `count` more worker processes on the driver's node, then `fit_torch`."""
+    """Count `count` more worker processes on the driver's node, then `fit_torch`.
+
+    All or nothing: if it raises (a misspelt variable, even before torch is imported), the
+    workers are not counted.
+    """
     global _workers_here
+    _policy()
     with _lock:
         _workers_here += count
-    fit_torch()
+    try:
+        fit_torch()
+    except BaseException:
+        with _lock:
+            _workers_here -= count
+        raise
 
 
 def remove_workers(count: int) -> None:
@@ -77,7 +88,8 @@ def fit_torch() -> None:
         level,
         "ray_multiprocess_env set torch's intra-op threads from %d to %d: %d env worker "
         "process(es) run on this machine's %d usable cores, and torch's idle threads spin on "
-        "the cores they need (on 2 cores that made a policy-in-the-loop step 0.65x as fast). "
+        "the cores they need (on 2 cores that made a policy-in-the-loop step 0.65x to 0.8x as "
+        "fast). "
         "To keep torch's setting, set %s=keep (or OMP_NUM_THREADS) before creating the envs, "
         "or call `torch.set_num_threads(n)` after creating them.",
         threads,

@@ -103,8 +103,9 @@ class Engine(FirstReadyVerbs):
             if self._store is not None and self._store.shared is not None:
                 self._hot = HotPath(pool, self._state, self._store)
             here = _here()
-            self._workers_here = sum(w.node_id == here for w in pool.workers)
-            driver_threads.add_workers(self._workers_here)
+            workers_here = sum(w.node_id == here for w in pool.workers)
+            driver_threads.add_workers(workers_here)  # (counted only if it returns)
+            self._workers_here = workers_here
         except BaseException:
             self.close()
             raise
