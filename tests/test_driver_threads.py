@@ -71,15 +71,32 @@ def test_torch_threads_are_lowered_while_workers_run_here_and_given_back(
 
 
 def test_torch_imported_after_the_envs_is_fitted_at_reset(many_torch_threads, monkeypatch):
-    """Threads raised after the start (as by a later torch import) are fitted by `reset`."""
+    """With torch not yet imported when the envs start, the first `reset` fits its threads."""
+    monkeypatch.delenv(TORCH_THREADS_VARIABLE, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    with monkeypatch.context() as not_imported:
+        not_imported.delitem(sys.modules, "torch")
+        env = _vector_env()
+    try:
+        assert torch.get_num_threads() == many_torch_threads
+        env.reset(seed=0)
+        assert 1 <= torch.get_num_threads() <= max(1, _CORES - 1)
+    finally:
+        env.close()
+    assert torch.get_num_threads() == many_torch_threads
+
+
+def test_threads_the_user_sets_after_the_fit_stand_at_reset(many_torch_threads, monkeypatch):
+    """`torch.set_num_threads(n)` after making the envs (the README's advice) is not undone."""
     monkeypatch.delenv(TORCH_THREADS_VARIABLE, raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = _vector_env()
     try:
-        lowered = torch.get_num_threads()
         torch.set_num_threads(many_torch_threads)
         env.reset(seed=0)
-        assert torch.get_num_threads() == lowered
+        env.step(env.action_space.sample())
+        env.reset(seed=1)
+        assert torch.get_num_threads() == many_torch_threads
     finally:
         env.close()
 

@@ -11,7 +11,8 @@ more intra-op threads than the cores those workers leave to the driver, the libr
 torch's threads to that many (one at least), says so in the log (at WARNING the first time, then
 at INFO), and puts them back when the last of those vector envs closes (if nobody changed them
 meanwhile). The user keeps torch's setting with the environment variable
-``RAY_MULTIPROCESS_ENV_TORCH_THREADS=keep`` or by setting ``OMP_NUM_THREADS``. The library
+``RAY_MULTIPROCESS_ENV_TORCH_THREADS=keep`` or by setting ``OMP_NUM_THREADS``; threads the user
+sets after the library's fit stand (a later ``reset`` does not fit them again). The library
 never imports torch itself.
 """
 
@@ -79,8 +80,8 @@ def fit_torch() -> None:
     with _lock:
         workers = _workers_here
         threads, room = torch.get_num_threads(), threads_left(workers)
-        if threads <= room:
-            return
+        if threads <= room or (_changed is not None and threads != _changed[1]):
+            return  # (fits, or the user set the threads after the library's fit: theirs stand)
         torch.set_num_threads(room)
         _changed = (threads if _changed is None else _changed[0], room)
         level, _warned = (logging.INFO if _warned else logging.WARNING), True
