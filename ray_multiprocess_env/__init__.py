@@ -22,6 +22,7 @@ from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
 from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env, vector_entry_point
 from ray_multiprocess_env.integrations.pfrl import GymAPIBridge
 from ray_multiprocess_env.integrations.rllib import rllib_env_creator
+from ray_multiprocess_env.options import MakeOptions, WorkerOptions
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.remote import REMOTE_ENV_METHODS, make_remote_class
 from ray_multiprocess_env.remote_env import RemoteEnv
@@ -34,6 +35,7 @@ __all__ = [
     "EnvCrashedError",
     "GymAPIBridge",
     "GymnasiumVectorEnv",
+    "MakeOptions",
     "NoPendingCallError",
     "PendingCallError",
     "PlacementPlan",
@@ -42,6 +44,7 @@ __all__ = [
     "RemoteEnvError",
     "SB3VecEnv",
     "TianshouVectorEnv",
+    "WorkerOptions",
     "ensure_runtime",
     "make_remote_class",
     "make_sb3_vec_env",

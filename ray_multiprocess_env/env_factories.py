@@ -3,7 +3,8 @@
 `make_vector_env` and `make_sb3_vec_env` take what users of ``gym.make_vec``, SB3's
 ``make_vec_env`` and envpool write: a gymnasium id or a factory, and counts of which any two of
 ``num_envs``, ``num_workers`` and ``envs_per_worker`` (or ``num_envs`` alone) are enough.
-`env_factories` turns that into one picklable factory per env and the worker layout.
+`env_factories` turns that into one picklable factory per env and the worker layout;
+`made_from` does it for a ``make_*`` function's arguments (`MakeOptions`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from typing import Any
 import gymnasium as gym
 
 from ray_multiprocess_env._engine.options import check_positive_int
+from ray_multiprocess_env.options import WorkerOptions, split_make_options
 
-__all__ = ["EnvBuilder", "check_wrappers", "env_factories", "legacy_arguments", "takes_index"]
+__all__ = [
+    "EnvBuilder",
+    "check_wrappers",
+    "env_factories",
+    "legacy_arguments",
+    "made_from",
+    "takes_index",
+]
 
 
 def takes_index(factory: Callable[..., Any]) -> bool:
@@ -196,7 +205,7 @@ def legacy_arguments(
             f"`{function}(make_env=...)` is deprecated; pass the factory (or a gymnasium id) "
             "as the first argument, `env`.",
             DeprecationWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         env = make_env
     if legacy:
@@ -209,7 +218,37 @@ def legacy_arguments(
             f"`{function}(make_env, num_workers, envs_per_worker)` is the old form; write "
             f"`{function}(make_env, num_workers=..., envs_per_worker=...)`, or give `num_envs`.",
             DeprecationWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
         return env, None, num_envs, legacy[0]
     return env, num_envs, num_workers, envs_per_worker
+
+
+def made_from(
+    where: str,
+    env: Any,
+    num_envs: Any,
+    options: Mapping[str, Any],
+    *,
+    cpus: Callable[[], int],
+    legacy: tuple[Any, ...] = (),
+    make_env: Any = None,
+    first_wrappers: Sequence[Callable[[Any], Any]] = (),
+) -> tuple[list[EnvBuilder], int, WorkerOptions]:
+    """A ``make_*`` function's env factories, envs per worker and `WorkerOptions`.
+
+    `options` are its `MakeOptions` (any other key is a `TypeError` naming `where`);
+    `legacy` and `make_env` its deprecated forms (see `legacy_arguments`); `first_wrappers`
+    go before the user's `wrappers` (SB3's ``Monitor``).
+    """
+    factory, worker = split_make_options(where, options)
+    env, num_envs, num_workers, envs_per_worker = legacy_arguments(
+        where, env, num_envs, legacy, factory["num_workers"], factory["envs_per_worker"], make_env
+    )
+    wrappers = factory["wrappers"]
+    if first_wrappers:
+        wrappers = [*first_wrappers, *check_wrappers(wrappers)]
+    env_fns, per_worker = env_factories(
+        env, num_envs, num_workers, envs_per_worker, factory["env_kwargs"], wrappers, cpus=cpus
+    )
+    return env_fns, per_worker, worker

@@ -10,15 +10,13 @@ import ray
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env._engine import Engine, Options
-from ray_multiprocess_env._engine.options import (
-    DEFAULT_MAX_RESTARTS,
-    check_positive_int,
-    envs_per_worker_argument,
-)
+from ray_multiprocess_env._engine.options import check_positive_int, envs_per_worker_argument
 from ray_multiprocess_env.placement import plan_placement
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import Self, Unpack
+
+    from ray_multiprocess_env.options import WorkerOptions
 
 __all__ = ["VectorConstructors"]
 
@@ -48,17 +46,11 @@ class VectorConstructors:
         *,
         envs_per_worker: int | None = None,
         envs_per_actor: int | None = None,
-        actor_options: Mapping[str, Any] | None = None,
-        placement: Any = None,
-        timeout: float | None = None,
         autoreset_mode: str | AutoresetMode = "next_step",
-        on_actor_failure: str = "raise",
         check_actions: bool = False,
-        transport: str | None = None,
         seed: int | np.random.SeedSequence | Sequence[int | None] | None = None,
         copy: bool = True,
-        on_env_error: str = "raise",
-        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
+        **options: Unpack[WorkerOptions],
     ) -> Self:
         """Build the envs from factories inside worker actors holding `envs_per_worker` each.
 
@@ -71,41 +63,19 @@ class VectorConstructors:
             envs_per_worker: How many envs each worker holds (the last may hold fewer; 1 if
                 None).
             envs_per_actor: The deprecated name of `envs_per_worker`.
-            actor_options: Options for `ray.remote` of each worker (``num_cpus``,
-                ``num_gpus``, ``memory``, ``resources``, ``runtime_env``, ...).
-            placement: Where the workers run: None (Ray's default), ``"SPREAD"``, ``"PACK"``,
-                ``"STRICT_PACK"``, ``"STRICT_SPREAD"``, a placement group, ``(placement_group,
-                bundle_indices)`` or a Ray scheduling strategy; see `plan_placement`. A
-                placement group made here is removed by `close`; `timeout` (60 s if None) also
-                bounds the wait for it.
-            timeout: As for the constructor; it also bounds the workers' start.
             autoreset_mode: Checked, and otherwise unused: a `RayVectorEnv` never resets an
                 env by itself (pfrl resets finished envs with `reset(mask)`); accepted so that
                 every entry point takes the same options.
-            on_actor_failure: ``"raise"`` (a worker that dies raises `EnvCrashedError` naming
-                its envs) or ``"restart"``: a worker that dies, or does not answer within
-                `timeout`, is replaced by a new one from the same factories (its envs reset
-                with seeds derived from their last ones), and the call goes on; each of its
-                envs reports its lost episode at its next ``step``: gymnasium envs as
-                truncated, old-gym envs as not done with ``info["needs_reset"] = True``, both
-                with reward 0 and ``info["env_crashed"] = True``.
             check_actions: As for the constructor.
-            transport: How operations reach the workers: ``"auto"`` (workers on the driver's
-                node share the batch with it in memory and get a few bytes on a named pipe per
-                call, served on the envs' own thread; Ray calls to the others), ``"pipe"``
-                (pipes that carry everything, no shared memory) or ``"ray"`` (Ray calls only).
-                None reads the ``RAY_MULTIPROCESS_ENV_TRANSPORT`` environment variable
-                (``"auto"`` if unset).
             seed: As `seed` called right after construction.
             copy: With True (default) each observation handed out is an array of its own; with
                 False, when the workers share memory with the driver, a row of the shared batch
                 that the next `step` or `reset` overwrites.
-            on_env_error: ``"raise"`` or ``"restart"``: an env whose ``step`` or ``reset``
-                raises is built again from its factory in its worker; its episode is reported
-                as cut short (gymnasium envs: truncated; old gym: ``info["needs_reset"]``) with
-                ``info["env_error"]``, the error's text.
-            max_restarts: How many times each worker may be restarted and each env rebuilt
-                (default 100; None: no limit).
+            **options: `WorkerOptions` (``actor_options``, ``placement``, ``timeout``,
+                ``on_actor_failure``, ``transport``, ``on_env_error``, ``max_restarts``). An
+                env lost to a restart or rebuilt after an error reports its episode as cut
+                short at its next ``step``: gymnasium envs as truncated, old-gym envs as not
+                done with ``info["needs_reset"] = True``.
 
         Example:
             >>> import gymnasium as gym
@@ -117,16 +87,11 @@ class VectorConstructors:
             4 2
         """
         per_worker = envs_per_worker_argument(envs_per_worker, envs_per_actor)
-        options = Options.make(
-            timeout=timeout,
-            on_actor_failure=on_actor_failure,
-            transport=transport,
+        checked = Options.make(
+            where=f"{cls.__name__}.from_env_fns",
             autoreset_mode=autoreset_mode,
             check_actions=check_actions,
-            actor_options=actor_options,
-            placement=placement,
-            on_env_error=on_env_error,
-            max_restarts=max_restarts,
+            **options,
         )
         if not isinstance(copy, bool):
             raise TypeError(f"`copy` must be True or False, got {copy!r}.")
@@ -134,12 +99,12 @@ class VectorConstructors:
         engine = Engine.start(
             env_fns,
             per_worker,
-            options,
+            checked,
             name=cls.__name__,
             uniform="prefer",
             autoreset=False,
         )
-        vec._setup(engine, options, copy=copy)
+        vec._setup(engine, checked, copy=copy)
         if seed is not None:
             try:
                 vec.seed(seed)

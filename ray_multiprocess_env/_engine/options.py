@@ -20,6 +20,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env.compat import as_autoreset_mode
+from ray_multiprocess_env.options import WORKER_KEYS, check_names
 
 __all__ = [
     "DEFAULT_MAX_RESTARTS",
@@ -86,17 +87,24 @@ class Options:
     def make(
         cls,
         *,
-        timeout: Any = None,
-        on_actor_failure: Any = "raise",
-        transport: Any = None,
+        where: str = "Options.make",
         autoreset_mode: Any = AutoresetMode.NEXT_STEP,
         check_actions: Any = False,
-        actor_options: Any = None,
-        placement: Any = None,
-        on_env_error: Any = "raise",
-        max_restarts: Any = DEFAULT_MAX_RESTARTS,
+        **options: Any,
     ) -> Options:
-        """Validate every option; a `TypeError`/`ValueError` names the first bad one."""
+        """Validate every option; a `TypeError`/`ValueError` names the first bad one.
+
+        `options` are `WorkerOptions` (any other key is a `TypeError` naming `where`, the entry
+        point that took it); a key left out takes its default.
+        """
+        check_names(where, options, WORKER_KEYS)
+        timeout = options.get("timeout")
+        on_actor_failure = options.get("on_actor_failure", "raise")
+        transport = options.get("transport")
+        actor_options = options.get("actor_options")
+        placement = options.get("placement")
+        on_env_error = options.get("on_env_error", "raise")
+        max_restarts = options.get("max_restarts", DEFAULT_MAX_RESTARTS)
         if actor_options is not None and not isinstance(actor_options, Mapping):
             raise TypeError(
                 f"`actor_options` must be a mapping of `ray.remote` options, got "

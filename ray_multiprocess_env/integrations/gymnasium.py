@@ -10,8 +10,8 @@ infos. RLlib's new API stack uses it through gymnasium's ``vector_entry_point``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +20,6 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import (
-    DEFAULT_MAX_RESTARTS,
     check_base_seed,
     check_env_ids,
     check_length,
@@ -28,6 +27,11 @@ from ray_multiprocess_env._engine.options import (
 )
 from ray_multiprocess_env.batch import check_rows, copy_batch
 from ray_multiprocess_env.errors import RemoteEnvError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ray_multiprocess_env.options import WorkerOptions
 
 __all__ = ["GymnasiumVectorEnv"]
 
@@ -46,35 +50,18 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         envs_per_worker: How many envs each worker actor holds.
         autoreset_mode: ``"next_step"`` (default; what RLlib needs), ``"same_step"`` or
             ``"disabled"``, or a `gymnasium.vector.AutoresetMode`.
-        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ``num_gpus``,
-            ``memory``, ``resources``, ``runtime_env``, ...).
-        placement: Where the workers run (None, ``"SPREAD"``, ``"PACK"``, a placement group,
-            ...); see `plan_placement`. A placement group made here is removed by `close`.
-        timeout: Seconds to wait for any one call, or None.
         seed: If given, the first `reset` seeds env ``i`` with ``seed + i`` unless it brings
             seeds of its own (and the batched action space is seeded with ``seed``); a
             `numpy.random.SeedSequence` gives independent seeds instead (see
             `make_vector_env`).
-        on_actor_failure: ``"raise"`` (default: `EnvCrashedError` naming the lost envs) or
-            ``"restart"``: a worker that dies or outlives `timeout` is started again from the
-            same factories, and each of its envs reports its lost episode at its next step as
-            truncated with reward 0 and ``infos["env_crashed"]``; the other envs lose nothing.
         check_actions: Check each env's action against ``single_action_space`` on the driver
             before sending; an action outside it raises `ValueError` naming the env.
-        transport: ``"auto"`` (default: workers on the driver's node over named pipes, with
-            the batched arrays in shared memory; others over Ray), ``"pipe"`` (pipes, no
-            shared memory) or ``"ray"``; see `RayVectorEnv.from_env_fns`.
         copy: As gymnasium's `AsyncVectorEnv`: with True (default) `reset` and `step` return
             observations of their own; with False, the engine's batch itself (a view of the
             shared memory on this node), which the next `step` or `reset` overwrites.
-        on_env_error: ``"raise"`` (default: `RemoteEnvError` naming the env) or
-            ``"restart"``: an env whose ``step`` or ``reset`` raises is built again from its
-            factory in its worker (the others go on), its episode reported as truncated at
-            that step with ``infos["env_error"]`` (the error's text), its next observation the
-            new env's first (seeded as a restarted env is).
-        max_restarts: How many times each worker may be restarted and each env rebuilt
-            (default 100; None: no limit). One more raises `EnvCrashedError` (a worker) or
-            `RemoteEnvError` (an env), saying how many restarts were made.
+        **options: Where and how the workers run and what a failure does: `WorkerOptions`
+            (``actor_options``, ``placement``, ``timeout``, ``on_actor_failure``,
+            ``transport``, ``on_env_error``, ``max_restarts``).
 
     Example:
         >>> import gymnasium as gym
@@ -91,33 +78,22 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         *,
         envs_per_worker: int = 1,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        actor_options: Mapping[str, Any] | None = None,
-        placement: Any = None,
-        timeout: float | None = None,
         seed: int | np.random.SeedSequence | None = None,
-        on_actor_failure: str = "raise",
         check_actions: bool = False,
-        transport: str | None = None,
         copy: bool = True,
-        on_env_error: str = "raise",
-        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
+        **options: Unpack[WorkerOptions],
     ) -> None:
         super().__init__()
         action_seed = check_base_seed(seed)
-        options = Options.make(
-            timeout=timeout,
-            on_actor_failure=on_actor_failure,
-            transport=transport,
+        checked = Options.make(
+            where=type(self).__name__,
             autoreset_mode=autoreset_mode,
             check_actions=check_actions,
-            actor_options=actor_options,
-            placement=placement,
-            on_env_error=on_env_error,
-            max_restarts=max_restarts,
+            **options,
         )
-        self.autoreset_mode = options.autoreset_mode
-        self._check_actions = options.check_actions
-        self._engine = Engine.start(env_fns, envs_per_worker, options, name=type(self).__name__)
+        self.autoreset_mode = checked.autoreset_mode
+        self._check_actions = checked.check_actions
+        self._engine = Engine.start(env_fns, envs_per_worker, checked, name=type(self).__name__)
         spec = self._engine.spec
         self.num_envs = spec.num_envs
         self.single_observation_space = spec.observation_space

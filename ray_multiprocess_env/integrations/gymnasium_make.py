@@ -2,43 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from ray_multiprocess_env._engine.options import DEFAULT_MAX_RESTARTS
-from ray_multiprocess_env.env_factories import env_factories, legacy_arguments
+from ray_multiprocess_env.env_factories import made_from
 from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
+from ray_multiprocess_env.options import MAKE_KEYS, did_you_mean
 from ray_multiprocess_env.runtime import ray_cpus
 
-__all__ = ["make_vector_env", "vector_entry_point"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-Wrapper = Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]
+    from ray_multiprocess_env.options import MakeOptions
+
+__all__ = ["make_vector_env", "vector_entry_point"]
 
 
 def make_vector_env(
     env: str | Callable[..., gym.Env[Any, Any]] | None = None,
     num_envs: int | None = None,
     *legacy: int,
-    num_workers: int | None = None,
-    envs_per_worker: int | None = None,
-    env_kwargs: Mapping[str, Any] | None = None,
-    wrappers: Sequence[Wrapper] | None = None,
     seed: int | np.random.SeedSequence | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
-    actor_options: Mapping[str, Any] | None = None,
-    placement: Any = None,
-    timeout: float | None = None,
-    on_actor_failure: str = "raise",
-    transport: str | None = None,
     check_actions: bool = False,
     copy: bool = True,
-    on_env_error: str = "raise",
-    max_restarts: int | None = DEFAULT_MAX_RESTARTS,
     make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
+    **options: Unpack[MakeOptions],
 ) -> GymnasiumVectorEnv:
     """Envs in Ray workers as one gymnasium vector env: ``make_vector_env("CartPole-v1", 8)``.
 
@@ -49,32 +42,24 @@ def make_vector_env(
             (``lambda index: ...``), else with no argument (``lambda: ...``, an env class).
         num_envs: How many envs. Alone, the workers default to the CPUs Ray offers (on a local
             runtime, the machine's cores) and `envs_per_worker` is derived.
-        num_workers: How many worker actors (Ray processes).
-        envs_per_worker: How many envs each worker steps per call (the last may hold fewer).
-            Give any two of the three counts and the third is derived.
-        env_kwargs: Keyword arguments of ``gymnasium.make`` (with an id only).
-        wrappers: Callables applied in order to each env inside its worker, as
-            ``gymnasium.make_vec`` does (e.g. ``[gymnasium.wrappers.RecordEpisodeStatistics]``).
         seed: If given, env ``i`` is seeded ``seed + i`` at the first `reset` (no two envs
             share a seed); a `numpy.random.SeedSequence` gives env ``i`` the seed
             ``int(seq.spawn(num_envs)[i].generate_state(1)[0])``: runs with different base
             seeds then share no env seed (``seed + i`` overlaps between runs).
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
-        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
-        placement: As for `GymnasiumVectorEnv`, e.g. ``"SPREAD"`` over a cluster's nodes.
-        timeout: Seconds to wait for any one call, or None.
-        on_actor_failure: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
-        transport: ``"auto"``, ``"pipe"`` or ``"ray"``, as for `GymnasiumVectorEnv`.
         check_actions: As for `GymnasiumVectorEnv`.
         copy: As for `GymnasiumVectorEnv` (False: observations are a view of shared memory).
-        on_env_error: ``"raise"`` or ``"restart"``, as for `GymnasiumVectorEnv`.
-        max_restarts: As for `GymnasiumVectorEnv` (default 100; None: no limit).
         *legacy: Only for the old positional form ``make_vector_env(make_env, num_workers,
             envs_per_worker)``, which works with a `DeprecationWarning`.
         make_env: The old name of `env` (deprecated).
+        **options: `MakeOptions`: the counts ``num_workers`` and ``envs_per_worker``,
+            ``env_kwargs``, ``wrappers``, and the `WorkerOptions` (``actor_options``,
+            ``placement``, ``timeout``, ``on_actor_failure``, ``transport``,
+            ``on_env_error``, ``max_restarts``).
 
     Raises:
-        TypeError: A bad `env`, `env_kwargs`, `wrappers` or count type, named with the fix.
+        TypeError: A bad `env`, `env_kwargs`, `wrappers` or count type, or an unknown option,
+            named with the fix.
         ValueError: An unknown id, or counts missing, not positive or inconsistent (named).
 
     Example:
@@ -84,26 +69,17 @@ def make_vector_env(
         ((6, 4), 6)
         >>> envs.close()
     """
-    env, num_envs, num_workers, envs_per_worker = legacy_arguments(
-        "make_vector_env", env, num_envs, legacy, num_workers, envs_per_worker, make_env
-    )
-    env_fns, per_worker = env_factories(
-        env, num_envs, num_workers, envs_per_worker, env_kwargs, wrappers, cpus=ray_cpus
+    env_fns, per_worker, worker = made_from(
+        "make_vector_env", env, num_envs, options, cpus=ray_cpus, legacy=legacy, make_env=make_env
     )
     return GymnasiumVectorEnv(
         env_fns,
         envs_per_worker=per_worker,
         autoreset_mode=autoreset_mode,
-        actor_options=actor_options,
-        placement=placement,
-        timeout=timeout,
         seed=seed,
-        on_actor_failure=on_actor_failure,
-        transport=transport,
         check_actions=check_actions,
         copy=copy,
-        on_env_error=on_env_error,
-        max_restarts=max_restarts,
+        **worker,
     )
 
 
@@ -111,6 +87,8 @@ def make_vector_env(
 #: arguments, which ``gymnasium.make_vec`` may add); every other env argument goes in
 #: `env_kwargs`.
 _MAKE_ARGUMENTS = ("max_episode_steps", "render_mode", "disable_env_checker")
+#: `vector_entry_point`'s own keywords.
+_OWN_ARGUMENTS = ("env_id", "env_kwargs", "seed", "autoreset_mode", "check_actions", "copy")
 
 
 def vector_entry_point(
@@ -118,21 +96,11 @@ def vector_entry_point(
     *,
     env_id: str,
     env_kwargs: Mapping[str, Any] | None = None,
-    num_workers: int | None = None,
-    envs_per_worker: int | None = None,
-    wrappers: Sequence[Wrapper] | None = None,
     seed: int | np.random.SeedSequence | None = None,
     autoreset_mode: str | AutoresetMode = "next_step",
-    actor_options: Mapping[str, Any] | None = None,
-    placement: Any = None,
-    timeout: float | None = None,
-    on_actor_failure: str = "raise",
-    transport: str | None = None,
     check_actions: bool = False,
     copy: bool = True,
-    on_env_error: str = "raise",
-    max_restarts: int | None = DEFAULT_MAX_RESTARTS,
-    **make_arguments: Any,
+    **arguments: Any,
 ) -> GymnasiumVectorEnv:
     """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
 
@@ -150,53 +118,35 @@ def vector_entry_point(
         num_envs: The number of envs (given by `gymnasium.make_vec`).
         env_id: The id of the single env, made with ``gymnasium.make(env_id, **env_kwargs)``.
         env_kwargs: Keyword arguments of ``gymnasium.make`` for each env.
-        num_workers: Worker actors; with neither this nor `envs_per_worker`, the CPUs Ray offers.
-        envs_per_worker: Envs per worker actor.
-        wrappers: As for `make_vector_env`.
-        seed: As for `GymnasiumVectorEnv`.
-        autoreset_mode: As for `GymnasiumVectorEnv`.
-        actor_options: As for `GymnasiumVectorEnv`.
-        placement: As for `GymnasiumVectorEnv`.
-        timeout: As for `GymnasiumVectorEnv`.
-        on_actor_failure: As for `GymnasiumVectorEnv`.
-        transport: As for `GymnasiumVectorEnv`.
-        check_actions: As for `GymnasiumVectorEnv`.
-        copy: As for `GymnasiumVectorEnv`.
-        on_env_error: As for `GymnasiumVectorEnv`.
-        max_restarts: As for `GymnasiumVectorEnv`.
-        **make_arguments: Only ``gymnasium.make``'s own ``max_episode_steps``, ``render_mode``
-            and ``disable_env_checker`` (``gymnasium.make_vec`` passes them at the top level).
+        seed: As for `make_vector_env`.
+        autoreset_mode: As for `make_vector_env`.
+        check_actions: As for `make_vector_env`.
+        copy: As for `make_vector_env`.
+        **arguments: `MakeOptions` (as for `make_vector_env`: ``num_workers``,
+            ``envs_per_worker``, ``wrappers``, ``actor_options``, ``timeout``, ...), and
+            ``gymnasium.make``'s own ``max_episode_steps``, ``render_mode`` and
+            ``disable_env_checker`` (``gymnasium.make_vec`` passes them at the top level).
 
     Raises:
         TypeError: For any other top-level key, on the driver before any worker starts,
             naming the key and the accepted ones.
     """
-    unknown = sorted(set(make_arguments) - set(_MAKE_ARGUMENTS))
+    make_arguments = {k: arguments.pop(k) for k in _MAKE_ARGUMENTS if k in arguments}
+    unknown = sorted(set(arguments) - MAKE_KEYS)
     if unknown:
-        accepted = sorted(
-            [*vector_entry_point.__kwdefaults__, "env_id", *_MAKE_ARGUMENTS]  # type: ignore[misc]
-        )
+        accepted = sorted([*MAKE_KEYS, *_OWN_ARGUMENTS, *_MAKE_ARGUMENTS])
         raise TypeError(
-            f"`vector_entry_point` got unknown argument(s) {unknown}; env arguments go in "
-            f"`env_kwargs` (e.g. kwargs={{'env_id': ..., 'env_kwargs': {{...}}}}). Accepted: "
-            f"{', '.join(accepted)}."
+            f"`vector_entry_point` got unknown argument(s) {unknown}."
+            f"{did_you_mean(unknown[0], accepted)} Env arguments go in `env_kwargs` (e.g. "
+            f"kwargs={{'env_id': ..., 'env_kwargs': {{...}}}}). Accepted: {', '.join(accepted)}."
         )
     return make_vector_env(
         env_id,
         num_envs,
-        num_workers=num_workers,
-        envs_per_worker=envs_per_worker,
         env_kwargs={**make_arguments, **(env_kwargs or {})},
-        wrappers=wrappers,
         seed=seed,
         autoreset_mode=autoreset_mode,
-        actor_options=actor_options,
-        placement=placement,
-        timeout=timeout,
-        on_actor_failure=on_actor_failure,
-        transport=transport,
         check_actions=check_actions,
         copy=copy,
-        on_env_error=on_env_error,
-        max_restarts=max_restarts,
+        **arguments,
     )

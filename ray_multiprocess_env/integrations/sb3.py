@@ -13,7 +13,7 @@ import numbers
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -21,14 +21,15 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
 from ray_multiprocess_env._engine import Engine, Options
-from ray_multiprocess_env._engine.options import (
-    DEFAULT_MAX_RESTARTS,
-    check_base_seed,
-    check_seed_list,
-)
+from ray_multiprocess_env._engine.options import check_base_seed, check_seed_list
 from ray_multiprocess_env.batch import check_rows, copy_batch, stack
-from ray_multiprocess_env.env_factories import check_wrappers, env_factories, legacy_arguments
+from ray_multiprocess_env.env_factories import made_from
 from ray_multiprocess_env.runtime import ray_cpus
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ray_multiprocess_env.options import MakeOptions, WorkerOptions
 
 __all__ = ["SB3VecEnv", "make_sb3_vec_env"]
 
@@ -44,21 +45,14 @@ class SB3VecEnv(VecEnv):
     Args:
         env_fns: One picklable factory per env, called inside its worker.
         envs_per_worker: How many envs each worker actor holds.
-        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
-        placement: Where the workers run (None, ``"SPREAD"``, ``"PACK"``, a placement group,
-            ...); see `plan_placement`. A placement group made here is removed by `close`.
-        timeout: Seconds to wait for any one call, or None.
-        on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset,
-            reported done with ``TimeLimit.truncated`` and ``env_crashed`` in their infos).
-        transport: ``"auto"`` (named pipes and shared memory to workers on the driver's
-            node), ``"pipe"`` or ``"ray"``; see `RayVectorEnv.from_env_fns`.
         seed: If given, as `seed` called right after construction (env ``i`` gets
             ``seed + i`` at the first reset; a `numpy.random.SeedSequence`, independent
             seeds as for `make_vector_env`).
-        on_env_error: ``"raise"`` or ``"restart"`` (an env that raises is built again in
-            its worker; its episode ends as truncated with ``env_error`` in its info).
-        max_restarts: How many times each worker may be restarted and each env rebuilt
-            (default 100; None: no limit).
+        **options: `WorkerOptions` (``actor_options``, ``placement``, ``timeout``,
+            ``on_actor_failure``, ``transport``, ``on_env_error``, ``max_restarts``). An env
+            lost to a worker's restart or rebuilt after an error ends its episode as SB3
+            reports a time limit (done, ``TimeLimit.truncated``), with ``env_crashed`` or
+            ``env_error`` in its info, and comes back reset.
 
     Example:
         >>> import gymnasium as gym
@@ -75,28 +69,15 @@ class SB3VecEnv(VecEnv):
         env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
         *,
         envs_per_worker: int = 1,
-        actor_options: Mapping[str, Any] | None = None,
-        placement: Any = None,
-        timeout: float | None = None,
-        on_actor_failure: str = "raise",
-        transport: str | None = None,
         seed: int | np.random.SeedSequence | None = None,
-        on_env_error: str = "raise",
-        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
+        **options: Unpack[WorkerOptions],
     ) -> None:
         check_base_seed(seed)
-        options = Options.make(
-            timeout=timeout,
-            on_actor_failure=on_actor_failure,
-            transport=transport,
-            autoreset_mode=AutoresetMode.SAME_STEP,
-            actor_options=actor_options,
-            placement=placement,
-            on_env_error=on_env_error,
-            max_restarts=max_restarts,
+        checked = Options.make(
+            where=type(self).__name__, autoreset_mode=AutoresetMode.SAME_STEP, **options
         )
         self._engine = Engine.start(
-            env_fns, envs_per_worker, options, name=type(self).__name__, info_layout="per_env"
+            env_fns, envs_per_worker, checked, name=type(self).__name__, info_layout="per_env"
         )
         spec = self._engine.spec
         super().__init__(spec.num_envs, spec.observation_space, spec.action_space)
@@ -252,50 +233,33 @@ def make_sb3_vec_env(
     env: str | Callable[..., gym.Env[Any, Any]] | None = None,
     num_envs: int | None = None,
     *legacy: int,
-    num_workers: int | None = None,
-    envs_per_worker: int | None = None,
-    env_kwargs: Mapping[str, Any] | None = None,
-    wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] | None = None,
     monitor: bool = False,
     seed: int | np.random.SeedSequence | None = None,
-    actor_options: Mapping[str, Any] | None = None,
-    placement: Any = None,
-    timeout: float | None = None,
-    on_actor_failure: str = "raise",
-    transport: str | None = None,
     make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
-    on_env_error: str = "raise",
-    max_restarts: int | None = DEFAULT_MAX_RESTARTS,
+    **options: Unpack[MakeOptions],
 ) -> SB3VecEnv:
     """Envs in Ray workers as one SB3 `VecEnv`: ``make_sb3_vec_env("CartPole-v1", 8)``.
 
-    `env`, the counts, `env_kwargs`, `wrappers` and `make_env` (the old name of `env`) are
-    as for `make_vector_env`; with `monitor`, each env is wrapped in SB3's ``Monitor`` first,
-    as SB3's ``make_vec_env`` does (so ``ep_rew_mean`` is logged and ``evaluate_policy``
-    finds the episode statistics). With `seed`, env ``i`` is seeded ``seed + i`` at the first
-    reset (a `numpy.random.SeedSequence`: independent seeds). `actor_options`, `placement`,
-    `timeout`, `on_actor_failure`, `transport`, `on_env_error` and `max_restarts` are as for
-    `SB3VecEnv`.
+    `env`, `num_envs`, `make_env` (the old name of `env`) and the `MakeOptions` (the counts,
+    ``env_kwargs``, ``wrappers`` and the `WorkerOptions`) are as for `make_vector_env`; with
+    `monitor`, each env is wrapped in SB3's ``Monitor`` first, as SB3's ``make_vec_env`` does
+    (so ``ep_rew_mean`` is logged and ``evaluate_policy`` finds the episode statistics). With
+    `seed`, env ``i`` is seeded ``seed + i`` at the first reset (a
+    `numpy.random.SeedSequence`: independent seeds).
     """
-    env, num_envs, num_workers, envs_per_worker = legacy_arguments(
-        "make_sb3_vec_env", env, num_envs, legacy, num_workers, envs_per_worker, make_env
-    )
+    first_wrappers = []
     if monitor:
         from stable_baselines3.common.monitor import Monitor
 
-        wrappers = [Monitor, *check_wrappers(wrappers)]
-    env_fns, per_worker = env_factories(
-        env, num_envs, num_workers, envs_per_worker, env_kwargs, wrappers, cpus=ray_cpus
+        first_wrappers.append(Monitor)
+    env_fns, per_worker, worker = made_from(
+        "make_sb3_vec_env",
+        env,
+        num_envs,
+        options,
+        cpus=ray_cpus,
+        legacy=legacy,
+        make_env=make_env,
+        first_wrappers=first_wrappers,
     )
-    return SB3VecEnv(
-        env_fns,
-        envs_per_worker=per_worker,
-        actor_options=actor_options,
-        placement=placement,
-        timeout=timeout,
-        on_actor_failure=on_actor_failure,
-        transport=transport,
-        seed=seed,
-        on_env_error=on_env_error,
-        max_restarts=max_restarts,
-    )
+    return SB3VecEnv(env_fns, envs_per_worker=per_worker, seed=seed, **worker)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -22,13 +22,17 @@ from tianshou.env import BaseVectorEnv
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import (
-    DEFAULT_MAX_RESTARTS,
     check_env_ids,
     check_positive_int,
     check_seed_list,
 )
 from ray_multiprocess_env.batch import stack
 from ray_multiprocess_env.integrations.tianshou_results import reset_result, step_result
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ray_multiprocess_env.options import WorkerOptions
 
 __all__ = ["TianshouVectorEnv"]
 
@@ -53,18 +57,11 @@ class TianshouVectorEnv(BaseVectorEnv):
         wait_timeout: Tianshou's ``timeout`` of its asynchronous mode: `step` returns what has
             finished after this many seconds (at least one env). Not this package's
             `timeout`, after which a call that has not answered is an error.
-        actor_options: Options for `ray.remote` of each worker (``num_cpus``, ...).
-        placement: Where the workers run; see `plan_placement`.
-        timeout: Seconds to wait for any one call before a `TimeoutError` names the envs that
-            did not answer, or None.
-        on_actor_failure: ``"raise"`` or ``"restart"`` (a dead worker's envs come back reset
-            and report their lost episode as truncated, ``info["env_crashed"]``).
-        transport: ``"auto"``, ``"pipe"`` or ``"ray"``; see `RayVectorEnv.from_env_fns`.
         seed: If given, as `seed` called right after construction.
-        on_env_error: ``"raise"`` or ``"restart"`` (an env that raises is built again in its
-            worker; its episode ends as truncated with ``env_error`` in its info).
-        max_restarts: How many times each worker may be restarted and each env rebuilt
-            (default 100; None: no limit).
+        **options: `WorkerOptions` (``actor_options``, ``placement``, ``timeout``,
+            ``on_actor_failure``, ``transport``, ``on_env_error``, ``max_restarts``); an env
+            lost to a restart or rebuilt after an error reports its episode as truncated with
+            ``env_crashed`` or ``env_error`` in its info.
 
     Example:
         >>> import gymnasium as gym
@@ -83,14 +80,8 @@ class TianshouVectorEnv(BaseVectorEnv):
         envs_per_worker: int = 1,
         wait_num: int | None = None,
         wait_timeout: float | None = None,
-        actor_options: Mapping[str, Any] | None = None,
-        placement: Any = None,
-        timeout: float | None = None,
-        on_actor_failure: str = "raise",
-        transport: str | None = None,
         seed: int | np.random.SeedSequence | Sequence[int | None] | None = None,
-        on_env_error: str = "raise",
-        max_restarts: int | None = DEFAULT_MAX_RESTARTS,
+        **options: Unpack[WorkerOptions],
     ) -> None:
         # Not BaseVectorEnv.__init__: it would make one Tianshou worker per env.
         num_envs = len(env_fns) if isinstance(env_fns, Sequence) else 0
@@ -110,19 +101,11 @@ class TianshouVectorEnv(BaseVectorEnv):
                 f"`wait_timeout` must be a positive number of seconds or None, got "
                 f"{wait_timeout!r}."
             )
-        options = Options.make(
-            timeout=timeout,
-            on_actor_failure=on_actor_failure,
-            transport=transport,
-            actor_options=actor_options,
-            placement=placement,
-            on_env_error=on_env_error,
-            max_restarts=max_restarts,
-        )
+        checked = Options.make(where=type(self).__name__, **options)
         self._engine = Engine.start(
             env_fns,
             envs_per_worker,
-            options,
+            checked,
             name=type(self).__name__,
             info_layout="per_env",
             uniform="prefer",  # Tianshou's envs may differ in their spaces

@@ -1,0 +1,89 @@
+"""The options every entry point takes: declared once, every one of them reaching the engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import gymnasium as gym
+import pytest
+
+from ray_multiprocess_env import (
+    GymnasiumVectorEnv,
+    RayVectorEnv,
+    make_vector_env,
+    vector_entry_point,
+)
+from ray_multiprocess_env._engine import Options
+from ray_multiprocess_env.env_factories import env_factories
+from ray_multiprocess_env.options import MAKE_KEYS, WORKER_KEYS, WorkerOptions
+
+
+def _cartpoles(count=2):
+    return [lambda: gym.make("CartPole-v1")] * count
+
+
+def _sb3():
+    return pytest.importorskip("ray_multiprocess_env.integrations.sb3")
+
+
+def _tianshou():
+    return pytest.importorskip("ray_multiprocess_env.integrations.tianshou_make")
+
+
+#: Every entry point that starts workers: (name, a call with the extra keywords given).
+_MAKERS = {
+    "make_vector_env": lambda **kw: make_vector_env("CartPole-v1", 2, num_workers=1, **kw),
+    "vector_entry_point": lambda **kw: vector_entry_point(
+        2, env_id="CartPole-v1", num_workers=1, **kw
+    ),
+    "GymnasiumVectorEnv": lambda **kw: GymnasiumVectorEnv(_cartpoles(), envs_per_worker=2, **kw),
+    "RayVectorEnv.from_env_fns": lambda **kw: RayVectorEnv.from_env_fns(
+        _cartpoles(), envs_per_worker=2, **kw
+    ),
+    "make_sb3_vec_env": lambda **kw: _sb3().make_sb3_vec_env("CartPole-v1", 2, num_workers=1, **kw),
+    "SB3VecEnv": lambda **kw: _sb3().SB3VecEnv(_cartpoles(), envs_per_worker=2, **kw),
+    "make_tianshou_vector_env": lambda **kw: _tianshou().make_tianshou_vector_env(
+        "CartPole-v1", 2, num_workers=1, **kw
+    ),
+    "TianshouVectorEnv": lambda **kw: pytest.importorskip(
+        "ray_multiprocess_env.integrations.tianshou"
+    ).TianshouVectorEnv(_cartpoles(), envs_per_worker=2, **kw),
+}
+
+_GIVEN: WorkerOptions = {
+    "actor_options": {"num_cpus": 0.5},
+    "placement": "PACK",
+    "timeout": 45.0,
+    "on_actor_failure": "restart",
+    "transport": "pipe",
+    "on_env_error": "restart",
+    "max_restarts": 7,
+}
+
+
+def test_the_declared_options_are_the_engines_and_the_factories():
+    """`WorkerOptions` are the engine's `Options` but the two each face sets itself."""
+    engine_fields = {field.name for field in dataclasses.fields(Options)}
+    assert set(_GIVEN) == WORKER_KEYS == engine_fields - {"autoreset_mode", "check_actions"}
+    factory_arguments = set(inspect.signature(env_factories).parameters) - {"env", "num_envs"}
+    assert factory_arguments - {"cpus"} == MAKE_KEYS - WORKER_KEYS
+
+
+@pytest.mark.parametrize("entry_point", list(_MAKERS))
+def test_every_entry_point_hands_every_option_to_the_engine(entry_point):
+    """Each of the seven `WorkerOptions` given to any entry point is the one the engine runs."""
+    envs = _MAKERS[entry_point](**_GIVEN)
+    try:
+        made = envs._engine._pool.options
+        for key, value in _GIVEN.items():
+            assert getattr(made, key) == value, key
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("entry_point", list(_MAKERS))
+def test_a_misspelt_option_is_named_with_the_fix_before_any_worker_starts(entry_point):
+    """`timout=` is a `TypeError` naming the entry point, the key and `timeout`, at once."""
+    with pytest.raises(TypeError, match=r"'timout'.*Did you mean `timeout`"):
+        _MAKERS[entry_point](timout=5)
