@@ -33,7 +33,7 @@ from gymnasium.vector import AutoresetMode
 from benchmarks.envs import action_samples
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env.worker import EnvWorker
+from ray_multiprocess_env._worker.env_worker import EnvWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 2

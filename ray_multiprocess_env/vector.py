@@ -21,11 +21,11 @@ from ray.actor import ActorHandle
 from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import check_length, check_seed_list
 from ray_multiprocess_env._protocol.infos import unbatch_infos
+from ray_multiprocess_env._worker.env_worker import WORKER_ENV_METHODS
 from ray_multiprocess_env.batch import copy_batch, stack, unstack, unzip
 from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info
 from ray_multiprocess_env.vector_first_ready import FirstReady
 from ray_multiprocess_env.vector_make import VectorConstructors
-from ray_multiprocess_env.worker import WORKER_ENV_METHODS
 
 if TYPE_CHECKING:
     from typing_extensions import Self

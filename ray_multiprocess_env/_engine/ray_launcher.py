@@ -25,10 +25,10 @@ from ray_multiprocess_env._engine.transports.pipes import PipeTransport, pipes_s
 from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, RayCallTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
+from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError
 from ray_multiprocess_env.placement import PlacementPlan
 from ray_multiprocess_env.runtime import ensure_runtime
-from ray_multiprocess_env.worker import EnvWorker
 
 __all__ = ["ActorLauncher", "RayLauncher"]
 

@@ -21,8 +21,8 @@ from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remain
 from ray_multiprocess_env._engine.transports.pipes import decode_reply
 from ray_multiprocess_env._protocol.pipes import HEADER, answer, dumps
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
+from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError
-from ray_multiprocess_env.worker import EnvWorker
 
 __all__ = ["InProcessLauncher", "InProcessTransport", "InProcessWorker"]
 

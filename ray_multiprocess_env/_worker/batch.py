@@ -24,10 +24,10 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._protocol.infos import InfoBatcher
+from ray_multiprocess_env._worker.rows import WorkerRows
 from ray_multiprocess_env.batch import unstack
 from ray_multiprocess_env.compat import reset_env, restart_seed, step_env
 from ray_multiprocess_env.errors import _EnvFailures
-from ray_multiprocess_env.worker_rows import WorkerRows
 
 __all__ = ["Rebuild", "Reply", "WorkerBatch"]
 

@@ -28,6 +28,8 @@ from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env._protocol import pipes
 from ray_multiprocess_env._protocol.infos import InfoBatcher
+from ray_multiprocess_env._worker.batch import Rebuild, Reply, WorkerBatch
+from ray_multiprocess_env._worker.rows import WorkerRows
 from ray_multiprocess_env.compat import (
     crashed_step,
     env_call,
@@ -37,8 +39,6 @@ from ray_multiprocess_env.compat import (
     env_set_attr,
 )
 from ray_multiprocess_env.errors import _EnvFailures
-from ray_multiprocess_env.worker_batch import Rebuild, Reply, WorkerBatch
-from ray_multiprocess_env.worker_rows import WorkerRows
 
 __all__ = ["INFO_LAYOUTS", "WORKER_ENV_METHODS", "EnvWorker"]
 
