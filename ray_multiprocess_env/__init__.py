@@ -18,16 +18,16 @@ from ray_multiprocess_env.errors import (
     PendingCallError,
     RemoteEnvError,
 )
-from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
-from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env, vector_entry_point
-from ray_multiprocess_env.integrations.pfrl import GymAPIBridge
-from ray_multiprocess_env.integrations.rllib import rllib_env_creator
+from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv
+from ray_multiprocess_env.faces.gymnasium_make import make_vector_env, vector_entry_point
+from ray_multiprocess_env.faces.pfrl import RayVectorEnv, unzip
+from ray_multiprocess_env.faces.pfrl_bridge import GymAPIBridge
+from ray_multiprocess_env.faces.remote_env import RemoteEnv
+from ray_multiprocess_env.faces.rllib import rllib_env_creator
 from ray_multiprocess_env.options import MakeOptions, WorkerOptions
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.remote import REMOTE_ENV_METHODS, make_remote_class
-from ray_multiprocess_env.remote_env import RemoteEnv
 from ray_multiprocess_env.runtime import ensure_runtime, shutdown_runtime, started_runtime
-from ray_multiprocess_env.vector import RayVectorEnv, unzip
 
 __all__ = [
     "REMOTE_ENV_METHODS",
@@ -67,15 +67,15 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
 def __getattr__(name: str) -> Any:
     """Import the stable-baselines3 and Tianshou faces (and so torch) when they are asked for."""
     if name in ("SB3VecEnv", "make_sb3_vec_env"):
-        from ray_multiprocess_env.integrations import sb3
+        from ray_multiprocess_env.faces import sb3
 
         return getattr(sb3, name)
     if name == "TianshouVectorEnv":
-        from ray_multiprocess_env.integrations.tianshou import TianshouVectorEnv
+        from ray_multiprocess_env.faces.tianshou import TianshouVectorEnv
 
         return TianshouVectorEnv
     if name == "make_tianshou_vector_env":
-        from ray_multiprocess_env.integrations.tianshou_make import make_tianshou_vector_env
+        from ray_multiprocess_env.faces.tianshou_make import make_tianshou_vector_env
 
         return make_tianshou_vector_env
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

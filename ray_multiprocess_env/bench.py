@@ -126,7 +126,7 @@ def sweep(
     The actions are random, or with `policy` (one of `bench_policies.POLICIES`) what a torch
     policy in the loop makes of each step's observations, as in training.
     """
-    from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env
+    from ray_multiprocess_env.faces.gymnasium_make import make_vector_env
 
     if policy is not None:
         import torch  # noqa: F401  (as a trainer does, before its envs: see `driver_threads`)

@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ray_multiprocess_env.bench import measure_steps_per_second
-from ray_multiprocess_env.integrations.gymnasium_make import make_vector_env
+from ray_multiprocess_env.faces.gymnasium_make import make_vector_env
 from ray_multiprocess_env.runtime import ensure_runtime, ray_cpus, shutdown_runtime
 
 __all__ = ["ENVS_PER_CPU", "MAX_ASYNC_PROCESSES", "DemoResult", "run_demo"]

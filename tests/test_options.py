@@ -24,11 +24,11 @@ def _cartpoles(count=2):
 
 
 def _sb3():
-    return pytest.importorskip("ray_multiprocess_env.integrations.sb3")
+    return pytest.importorskip("ray_multiprocess_env.faces.sb3")
 
 
 def _tianshou():
-    return pytest.importorskip("ray_multiprocess_env.integrations.tianshou_make")
+    return pytest.importorskip("ray_multiprocess_env.faces.tianshou_make")
 
 
 #: Every entry point that starts workers: (name, a call with the extra keywords given).
@@ -47,7 +47,7 @@ _MAKERS = {
         "CartPole-v1", 2, num_workers=1, **kw
     ),
     "TianshouVectorEnv": lambda **kw: pytest.importorskip(
-        "ray_multiprocess_env.integrations.tianshou"
+        "ray_multiprocess_env.faces.tianshou"
     ).TianshouVectorEnv(_cartpoles(), envs_per_worker=2, **kw),
 }
 

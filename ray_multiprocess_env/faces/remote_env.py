@@ -7,7 +7,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from ray_multiprocess_env.vector import RayVectorEnv
+from ray_multiprocess_env.faces.pfrl import RayVectorEnv
 
 __all__ = ["RemoteEnv"]
 

@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env.env_factories import made_from
-from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
+from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv
 from ray_multiprocess_env.options import MAKE_KEYS, did_you_mean
 from ray_multiprocess_env.runtime import ray_cpus
 

@@ -27,7 +27,7 @@ from ray_multiprocess_env._engine.options import (
     check_seed_list,
 )
 from ray_multiprocess_env.batch import stack
-from ray_multiprocess_env.integrations.tianshou_results import reset_result, step_result
+from ray_multiprocess_env.faces.tianshou_results import reset_result, step_result
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

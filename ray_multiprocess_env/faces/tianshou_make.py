@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from ray_multiprocess_env.env_factories import made_from
-from ray_multiprocess_env.integrations.tianshou import TianshouVectorEnv
+from ray_multiprocess_env.faces.tianshou import TianshouVectorEnv
 from ray_multiprocess_env.runtime import ray_cpus
 
 if TYPE_CHECKING:

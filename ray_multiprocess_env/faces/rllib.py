@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ray_multiprocess_env.integrations.gymnasium import GymnasiumVectorEnv
-from ray_multiprocess_env.integrations.gymnasium_make import vector_entry_point
+from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv
+from ray_multiprocess_env.faces.gymnasium_make import vector_entry_point
 
 __all__ = ["rllib_env_creator"]
 

@@ -1,11 +1,12 @@
 """`RayVectorEnv`: many env actors stepped as one vector env, with pfrl's interface.
 
 Besides pfrl's ``step``/``reset(mask)``/``seed``/``close`` it has ``call``/``get_attr``/
-``set_attr``, ``step_async``/``step_wait`` and first-ready ``send``/``recv``
-(`vector_first_ready.py`). It is a thin face over the private engine: the engine hands back
-whole batches (in shared memory for workers on this node) and this face hands out pfrl's
-per-env tuples, rows of that batch (copies unless ``copy=False``). Its constructors that start
-workers live in `vector_make.py`.
+``set_attr``, ``step_async``/``step_wait``, first-ready ``send``/``recv`` (envpool's) and
+``reset_env`` (RLlib's ``try_reset``). It is a thin face over the private engine: the engine
+hands back whole batches (in shared memory for workers on this node) and this face hands out
+pfrl's per-env tuples (`pfrl_results.py`). The constructors that start workers,
+`from_env_fns` and `from_remote_class`, are written in `pfrl_make.py`; the old gym API that
+pfrl speaks is `pfrl_bridge.py`'s `GymAPIBridge`.
 """
 
 from __future__ import annotations
@@ -14,18 +15,14 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gymnasium import spaces
-from gymnasium.vector.utils import batch_space
 from ray.actor import ActorHandle
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
-from ray_multiprocess_env._engine.options import check_length, check_seed_list
-from ray_multiprocess_env._protocol.infos import unbatch_infos
+from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
 from ray_multiprocess_env._worker.env_worker import WORKER_ENV_METHODS
-from ray_multiprocess_env.batch import copy_batch, stack, unstack, unzip
-from ray_multiprocess_env.compat import announce_vector_env, is_obs_and_info
-from ray_multiprocess_env.vector_first_ready import FirstReady
-from ray_multiprocess_env.vector_make import VectorConstructors
+from ray_multiprocess_env.batch import unzip
+from ray_multiprocess_env.compat import announce_vector_env
+from ray_multiprocess_env.faces import pfrl_make, pfrl_results
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -33,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["RayVectorEnv", "unzip"]
 
 
-class RayVectorEnv(VectorConstructors, FirstReady):
+class RayVectorEnv:
     """A vector env over Ray actors, with the interface of pfrl's ``MultiprocessVectorEnv``.
 
     Works for any list of actors that have ``reset`` and ``step``: classes made by
@@ -83,22 +80,8 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         kill_on_close: bool = True,
         check_actions: bool = False,
     ) -> None:
-        if isinstance(actors, (str, bytes)) or not isinstance(actors, Iterable):
-            raise TypeError(
-                f"`actors` must be a list of Ray actor handles, got {actors!r}; "
-                "e.g. `RayVectorEnv([RemoteEnv.remote() for _ in range(8)])`."
-            )
-        actors = list(actors)
-        if not actors:
-            raise ValueError("`actors` is empty; pass at least one Ray actor handle.")
-        for index, actor in enumerate(actors):
-            if not isinstance(actor, ActorHandle):
-                raise TypeError(
-                    f"`actors[{index}]` must be a Ray actor handle, got {actor!r} "
-                    f"({type(actor).__name__}); create it with `.remote()` on a Ray actor class."
-                )
         options = Options.make(timeout=timeout, check_actions=check_actions, transport="ray")
-        engine = Engine.of_actors(actors, options, name=type(self).__name__)
+        engine = Engine.of_actors(pfrl_make.check_actors(actors), options, name=type(self).__name__)
         self._setup(engine, options, kill_on_close=kill_on_close)
 
     def _setup(
@@ -112,6 +95,10 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         self._reset_gives_info = False
         self._attr_cache: dict[str, Any] = {}
         announce_vector_env(RayVectorEnv)  # e.g. pfrl's `VectorEnv` registers it
+
+    # -- constructors that start the actors (written in pfrl_make.py) ------------------------
+    from_env_fns = classmethod(pfrl_make.from_env_fns)
+    from_remote_class = classmethod(pfrl_make.from_remote_class)
 
     # -- pfrl's VectorEnv interface -----------------------------------------------------------
     def step(self, actions: Sequence[Any]) -> tuple[Any, ...]:
@@ -135,7 +122,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
     def _step_async(self, actions: Sequence[Any], label: str) -> None:
         check_length("actions", actions, self.num_envs, "one action per env")
         self._check_in_space(actions, range(self.num_envs))
-        self._engine.step_async(self._action_batch(actions), label=label)
+        self._engine.step_async(pfrl_results.action_batch(actions, self._engine.spec), label=label)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the results of `step_async` and return them as `step` does.
@@ -146,7 +133,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         """
         batch = self._engine.step_wait(timeout)
         fields = self._fields(batch)
-        self._last_obs[:] = self._observations(batch, fields)
+        self._last_obs[:] = pfrl_results.observations(batch, fields)
         return fields
 
     def reset(self, mask: Sequence[Any] | None = None) -> Any:
@@ -174,7 +161,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         infos: list[Any] = [{} for _ in range(self.num_envs)]
         if not keep.all():  # (pfrl calls this after every step: nothing to do most times)
             reset = self._engine.reset(mask=None if mask is None else ~keep)
-            self._reset_gives_info = self._gives_info(reset)
+            self._reset_gives_info = pfrl_results.gives_info(reset)
             observations, reset_infos = self._fields(reset, reset=True)
             for env in np.flatnonzero(~keep).tolist():
                 self._last_obs[env], infos[env] = observations[env], reset_infos[env]
@@ -206,6 +193,85 @@ class RayVectorEnv(VectorConstructors, FirstReady):
         ``kill_on_close=False`` the failure is raised, since the actor lives on.
         """
         self._engine.close(kill=self._kill_on_close)
+
+    # -- first-ready: envpool's send/recv, RLlib's try_reset ----------------------------------
+    def async_reset(self) -> None:
+        """Reset every env without waiting; `recv` then returns them as they finish."""
+        self._engine.async_reset()
+
+    def send(self, actions: Sequence[Any], env_ids: Sequence[int]) -> None:
+        """Step the envs `env_ids` with `actions` (one each) without waiting for them.
+
+        Raises:
+            ValueError: If an env id is out of range, repeated, or has a call in flight
+                (`recv` its result first), or `actions` and `env_ids` differ in length.
+        """
+        env_ids = check_env_ids(env_ids, self.num_envs)
+        if len(actions) != len(env_ids):
+            raise ValueError(
+                f"`actions` has {len(actions)} entries but `env_ids` has {len(env_ids)}; "
+                "pass one action per env id."
+            )
+        self._check_in_space(actions, env_ids)
+        self._engine.send(pfrl_results.action_batch(actions, self._engine.spec), env_ids)
+
+    def recv(
+        self, batch_size: int | None = None, timeout: float | None = None
+    ) -> tuple[list[int], tuple[Any, ...]]:
+        """Receive the results of the first envs to finish what `send`/`async_reset` started.
+
+        Args:
+            batch_size: Wait until at least this many envs have finished (all envs of an actor
+                finish together, so more may come back); None waits for every env in flight.
+            timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry a
+                `TimeoutError` names the envs that did not answer; they stay in flight.
+
+        Returns:
+            ``(env_ids, results)``: the env ids in ascending order and their results unzipped as
+            `step` returns them. An env coming back from `async_reset` looks like a step with
+            reward 0 and not done: ``(obs, 0.0, False, False, info)`` for gymnasium envs,
+            ``(obs, 0.0, False, {})`` for old-gym envs.
+        """
+        batch = self._engine.recv(batch_size, timeout)
+        assert batch.env_ids is not None
+        env_ids = batch.env_ids.tolist()
+        fields = self._fields(batch)
+        for env, obs in zip(env_ids, pfrl_results.observations(batch, fields), strict=True):
+            self._last_obs[env] = obs
+        self._has_obs[env_ids] = True
+        return env_ids, fields
+
+    def reset_env(self, env_id: int, **kwargs: Any) -> Any:
+        """Reset one env now, while others may be in flight (RLlib's ``try_reset``).
+
+        Args:
+            env_id: The env to reset; it must not have a call in flight.
+            **kwargs: The env's ``reset`` arguments: ``seed=`` and ``options=``.
+
+        Returns:
+            What the env's ``reset`` returns.
+        """
+        (env,) = check_env_ids([env_id], self.num_envs, argument="env_id")
+        mask = np.zeros(self.num_envs, dtype=np.bool_)
+        mask[env] = True
+        seeds: list[Any] = [None] * self.num_envs
+        seeds[env] = kwargs.pop("seed", None)
+        options = kwargs.pop("options", None)
+        if kwargs:
+            raise TypeError(
+                f"`reset_env` got {sorted(kwargs)}; it passes only `seed` and `options` to the "
+                "env's `reset`."
+            )
+        per_env = None if options is None else [options] * self.num_envs
+        batch = self._engine.reset(seeds, per_env, mask, label="reset_env", in_flight_ok=True)
+        if batch.rows is not None:
+            result = batch.rows[env]
+        else:
+            observations, infos = self._fields(batch, reset=True)
+            result = observations[env] if batch.old_api else (observations[env], infos[env])
+        self._last_obs[env] = result[0] if isinstance(result, tuple) else result
+        self._has_obs[env] = True
+        return result
 
     # -- gymnasium-style helpers --------------------------------------------------------------
     def call(self, name: str, /, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -315,64 +381,7 @@ class RayVectorEnv(VectorConstructors, FirstReady):
 
     # -- helpers ------------------------------------------------------------------------------
     def _fields(self, batch: Batch, reset: bool = False) -> tuple[Any, ...]:
-        """Pfrl's per-field tuples, one entry per row: rows of the batch (copies by default).
-
-        A step gives ``(obs, rewards, terminated, truncated, infos)`` (old gym: ``(obs,
-        rewards, dones, infos)``); a reset ``(obs, infos)``. For envs that are the user's own
-        actors, what each returned, unzipped (a reset's as ``(obs, info)`` pairs).
-        """
-        if batch.rows is not None:
-            if reset:
-                pairs = [r if r is None or is_obs_and_info(r) else (r, {}) for r in batch.rows]
-                return tuple(p[0] if p else None for p in pairs), tuple(p and p[1] for p in pairs)
-            return unzip(batch.rows)
-        observations = batch.observations
-        if self._copy and batch.shared:
-            observations = copy_batch(observations)
-        rewards, terminations, truncations = batch.arrays()
-        count = len(rewards)
-        if isinstance(observations, np.ndarray):
-            obs = tuple(observations)
-        else:
-            space = batch_space(self._engine.spec.observation_space, count)
-            obs = tuple(unstack(space, observations))
-        infos = tuple(unbatch_infos(batch.infos, count))
-        if reset:
-            return obs, infos
-        if batch.old_api:
-            return obs, tuple(rewards.tolist()), tuple(terminations.tolist()), infos
-        return (
-            obs,
-            tuple(rewards.tolist()),
-            tuple(terminations.tolist()),
-            tuple(truncations.tolist()),
-            infos,
-        )
-
-    @staticmethod
-    def _observations(batch: Batch, fields: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Each row's observation, from the `fields` of a step."""
-        if batch.rows is None:
-            return tuple(fields[0])
-        return tuple(r[0] if isinstance(r, tuple) else r for r in batch.rows)
-
-    @staticmethod
-    def _gives_info(batch: Batch) -> bool:
-        """Whether the envs' ``reset`` gives gymnasium's ``(obs, info)`` (not old gym's obs)."""
-        if batch.rows is None:
-            return not batch.old_api
-        return all(is_obs_and_info(r) for r in batch.rows if r is not None)
-
-    def _action_batch(self, actions: Sequence[Any]) -> Any:
-        """The actions (one per env, as pfrl gives them) as the engine takes them.
-
-        For a Dict or Tuple space they are stacked into a batch; other spaces take the
-        sequence as it is (each env gets exactly its item).
-        """
-        space = self._engine.spec.action_space
-        if isinstance(space, (spaces.Dict, spaces.Tuple)) and self._engine.spec.uniform:
-            return stack(space, list(actions))
-        return actions
+        return pfrl_results.fields(batch, self._engine.spec, self._copy, reset)
 
     def _env0_attr(self, name: str) -> Any:
         spec = self._engine.spec
