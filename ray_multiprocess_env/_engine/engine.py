@@ -36,21 +36,14 @@ from ray_multiprocess_env._engine.calls import (
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
-from ray_multiprocess_env._engine.options import (
-    Options,
-    check_env_fns,
-    check_positive_int,
-    check_worker_options,
-)
-from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker
-from ray_multiprocess_env._engine.ray_launcher import ActorLauncher, RayLauncher
+from ray_multiprocess_env._engine.options import Options
+from ray_multiprocess_env._engine.pool import Launcher, Pool
+from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
-from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport
 from ray_multiprocess_env.batch import split_batch
 from ray_multiprocess_env.errors import RemoteEnvError
-from ray_multiprocess_env.placement import plan_placement
 
 __all__ = ["Engine"]
 
@@ -128,16 +121,8 @@ class Engine(FirstReadyVerbs):
         With `autoreset` False the workers never reset an env by themselves (pfrl's way),
         whatever the options' autoreset mode.
         """
-        factories = check_env_fns(env_fns)
-        per_worker = check_positive_int("envs_per_worker", envs_per_worker)
-        check_worker_options(options.actor_options)
-        if launcher is None:
-            count = -(-len(factories) // per_worker)
-            plan = plan_placement(
-                options.placement, count, options.actor_options, timeout=options.timeout
-            )
-            launcher = RayLauncher(options, plan, options.worker_args(info_layout, autoreset))
-        pool = Pool.start(factories, per_worker, options, launcher)
+        worker_args = options.worker_args(info_layout, autoreset)
+        pool = start_pool(env_fns, envs_per_worker, options, worker_args, launcher)
         return cls(pool, name=name, info_layout=info_layout, uniform=uniform)
 
     @classmethod
@@ -145,13 +130,7 @@ class Engine(FirstReadyVerbs):
         cls, actors: Sequence[Any], options: Options, *, name: str, plan: Any = None
     ) -> Engine:
         """An engine over the user's own env actors, one env each, over Ray calls."""
-        workers = [
-            Worker(i, actor, range(i, i + 1), ActorTransport(actor))
-            for i, actor in enumerate(actors)
-        ]
-        pool = Pool(workers, options, ActorLauncher(options, plan))
-        pool.unstarted = {worker.index for worker in workers}  # their first call waits longer
-        return cls(pool, name=name, uniform="none")
+        return cls(actor_pool(actors, options, plan), name=name, uniform="none")
 
     @property
     def closed(self) -> bool:
@@ -394,17 +373,9 @@ class Engine(FirstReadyVerbs):
             for worker, reply, where in zip(self._pool.workers, replies, positions, strict=True)
             if reply is not None
         ]
-        return self._collect(answered, envs, ids)
-
-    def _collect(
-        self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
-    ) -> Batch:
         assert self._store is not None
-        batch, specs = self._store.collect(answered, envs, ids, every_row)
-        if specs:  # numeric info keys seen for the first time get columns in shared memory
-            self._pool.columns += specs
-            for worker in self._pool.workers:
-                worker.transport.share_infos(specs)
+        batch, specs = self._store.collect(answered, envs, ids)
+        self._pool.share_infos(specs)  # (numeric info keys seen for the first time)
         return batch
 
     def _attach_results(self, error: RemoteEnvError, call: Call) -> None:

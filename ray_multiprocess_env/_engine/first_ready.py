@@ -52,11 +52,6 @@ class FirstReadyVerbs:
     _hot: HotPath | None
     _workers_here: int  # worker processes on the driver's node (`driver_threads`)
 
-    def _collect(
-        self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
-    ) -> Batch:
-        raise NotImplementedError  # pragma: no cover - `Engine` defines it
-
     def _split(self, actions: Any, env_ids: Sequence[int]) -> Split:
         """`actions` of the envs `env_ids`, split per worker (`splits.split_per_worker`)."""
         owner = self._owner
@@ -129,7 +124,10 @@ class FirstReadyVerbs:
             (workers[t.worker].envs.start, value, ticket_positions(t)) for t, _, value in done
         ]
         every_row = all(t.handle is not _PARTIAL for t, _, _ in done)
-        return self._collect(answered, ids, ids, every_row)
+        assert self._store is not None
+        batch, specs = self._store.collect(answered, ids, ids, every_row)
+        self._pool.share_infos(specs)  # (numeric info keys seen for the first time)
+        return batch
 
     def _first(
         self, min_envs: int, timeout: float | None, deadline: float | None

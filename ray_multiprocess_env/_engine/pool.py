@@ -212,6 +212,13 @@ class Pool:
         worker.lost = False
         self._restarts[index] = restarts + 1  # counted once the replacement is connected
 
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Give every worker the new info columns `specs` in shared memory (none: nothing)."""
+        if specs:
+            self.columns += specs
+            for worker in self.workers:
+                worker.transport.share_infos(specs)
+
     def give_up(self, worker: Worker) -> None:
         """Kill `worker` with no replacement: the next call that needs it restarts it."""
         self.launcher.kill(worker)

@@ -18,8 +18,13 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from ray_multiprocess_env._engine.options import Options
-from ray_multiprocess_env._engine.pool import Worker
+from ray_multiprocess_env._engine.options import (
+    Options,
+    check_env_fns,
+    check_positive_int,
+    check_worker_options,
+)
+from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker
 from ray_multiprocess_env._engine.transports.base import remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport, pipes_supported
 from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, RayCallTransport
@@ -27,10 +32,10 @@ from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTr
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError
-from ray_multiprocess_env.placement import PlacementPlan
+from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.runtime import ensure_runtime
 
-__all__ = ["ActorLauncher", "RayLauncher"]
+__all__ = ["ActorLauncher", "RayLauncher", "actor_pool", "start_pool"]
 
 #: Seconds a start may ask for resources no node has (with no `timeout`) before it fails.
 _INFEASIBLE_S = 10.0
@@ -285,3 +290,36 @@ def _creation_error(err: Exception, envs: range, options: dict[str, Any]) -> Exc
         "`functools.partial`, with no open files, locks or sockets in closures. Ray's "
         "diagnosis is in this error's `__cause__`."
     )
+
+
+def start_pool(
+    env_fns: Sequence[Callable[[], Any]],
+    envs_per_worker: int,
+    options: Options,
+    worker_args: dict[str, Any],
+    launcher: Launcher | None = None,
+) -> Pool:
+    """Start `EnvWorker` actors of `envs_per_worker` envs each where `options` place them.
+
+    `worker_args`: every worker's (`Options.worker_args`); `launcher`: another (in tests).
+    """
+    factories = check_env_fns(env_fns)
+    per_worker = check_positive_int("envs_per_worker", envs_per_worker)
+    check_worker_options(options.actor_options)
+    if launcher is None:
+        count = -(-len(factories) // per_worker)
+        plan = plan_placement(
+            options.placement, count, options.actor_options, timeout=options.timeout
+        )
+        launcher = RayLauncher(options, plan, worker_args)
+    return Pool.start(factories, per_worker, options, launcher)
+
+
+def actor_pool(actors: Sequence[Any], options: Options, plan: Any = None) -> Pool:
+    """A pool of the user's own env actors, one env each, over Ray calls."""
+    workers = [
+        Worker(i, actor, range(i, i + 1), ActorTransport(actor)) for i, actor in enumerate(actors)
+    ]
+    pool = Pool(workers, options, ActorLauncher(options, plan))
+    pool.unstarted = {worker.index for worker in workers}  # their first call waits longer
+    return pool
