@@ -18,7 +18,6 @@ from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import (
     GymnasiumVectorEnv,
-    RayVectorEnv,
     make_vector_env,
     rllib_env_creator,
     vector_entry_point,
@@ -26,7 +25,7 @@ from ray_multiprocess_env import (
 from ray_multiprocess_env.env_factories import EnvBuilder, env_factories, takes_index
 from ray_multiprocess_env.runtime import ray_cpus
 from tests.envs import FlakyEnv
-from tests.helpers import engine_options, env_slices
+from tests.helpers import env_slices
 
 
 def _indexed(index):
@@ -211,38 +210,6 @@ def test_vector_entry_point_through_make_vec():
         assert envs.render_mode == "rgb_array"
         envs.reset(seed=0)
         assert envs.step(np.zeros(4, dtype=np.int64))[3].all()  # max_episode_steps=1
-
-
-ENTRY_POINTS = {
-    "make_vector_env": lambda **o: make_vector_env("CartPole-v1", 2, num_workers=2, **o),
-    "vector_entry_point": lambda **o: vector_entry_point(2, env_id="CartPole-v1", **o),
-    "GymnasiumVectorEnv": lambda **o: GymnasiumVectorEnv(
-        [functools.partial(gym.make, "CartPole-v1")] * 2, **o
-    ),
-    "RayVectorEnv.from_env_fns": lambda **o: RayVectorEnv.from_env_fns(
-        [functools.partial(gym.make, "CartPole-v1")] * 2, **o
-    ),
-}
-
-
-@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_every_entry_point_takes_every_engine_option(entry):
-    """Every engine option (faults and seeds too) reaches the engine from every entry point."""
-    options = {
-        "timeout": 30.0,
-        "on_actor_failure": "restart",
-        "on_env_error": "restart",
-        "max_restarts": 3,
-        "transport": "pipe",
-        "actor_options": {"num_cpus": 0.5},
-        "placement": None,
-    }
-    with contextlib.closing(ENTRY_POINTS[entry](**options)) as envs:
-        engine = engine_options(envs)
-        assert (engine.timeout, engine.on_actor_failure) == (30.0, "restart")
-        assert (engine.on_env_error, engine.max_restarts) == ("restart", 3)
-        assert engine.transport == "pipe"
-        assert dict(engine.actor_options) == {"num_cpus": 0.5}
 
 
 def test_sync_vector_env_is_the_reference_for_a_factory_too():

@@ -25,6 +25,8 @@ from ray_multiprocess_env import (
     make_sb3_vec_env,
     make_vector_env,
 )
+from ray_multiprocess_env._engine import ray_launcher
+from ray_multiprocess_env._engine.options import MIN_START_S
 from tests.envs import DyingEnv, FlakyEnv, InPlaceEnv, RaisingEnv, raising_env_built_once
 from tests.helpers import assert_killed, memory_files, worker_pids
 
@@ -103,16 +105,18 @@ def test_an_infinite_or_huge_timeout_is_accepted(timeout, transport):
         pytest.param({"num_gpus": 1}, 1, marks=pytest.mark.long),  # waits the start's 30 s
     ],
 )
-def test_resources_no_node_has_fail_the_constructor_in_bounded_time(asked, timeout):
+def test_resources_no_node_has_fail_the_constructor_in_bounded_time(asked, timeout, monkeypatch):
     """Defect 5: workers that can never be placed fail in bounded time, naming what is missing.
 
-    Without a timeout within seconds; with one, at the start's deadline (a cluster may add
-    nodes until then), with the same ValueError rather than a bare TimeoutError.
+    Without a timeout within seconds (`ray_launcher._INFEASIBLE_S`: 10 s, shortened here to
+    2 s); with one, at the start's deadline (a cluster may add nodes until then), with the same
+    ValueError rather than a bare TimeoutError.
     """
+    monkeypatch.setattr(ray_launcher, "_INFEASIBLE_S", 2.0)
     start = time.monotonic()
     with pytest.raises(ValueError, match=r"ask for \{.*\} each .*which no node of the cluster has"):
         GymnasiumVectorEnv([FlakyEnv], actor_options=asked, timeout=timeout)
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < (2.0 if timeout is None else MIN_START_S) + 20
 
 
 def test_independent_seeds_from_a_seed_sequence_equal_the_formula():

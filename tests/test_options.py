@@ -17,6 +17,7 @@ from ray_multiprocess_env import (
 from ray_multiprocess_env._engine import Options
 from ray_multiprocess_env.env_factories import env_factories
 from ray_multiprocess_env.options import MAKE_KEYS, WORKER_KEYS, WorkerOptions
+from tests.helpers import engine_options
 
 
 def _cartpoles(count=2):
@@ -75,7 +76,7 @@ def test_every_entry_point_hands_every_option_to_the_engine(entry_point):
     """Each of the seven `WorkerOptions` given to any entry point is the one the engine runs."""
     envs = _MAKERS[entry_point](**_GIVEN)
     try:
-        made = envs._engine._pool.options
+        made = engine_options(envs)
         for key, value in _GIVEN.items():
             assert getattr(made, key) == value, key
     finally:

@@ -18,6 +18,7 @@ from ray_multiprocess_env import (
     RayVectorEnv,
     SB3VecEnv,
 )
+from ray_multiprocess_env._engine import engine as engine_module
 from ray_multiprocess_env._engine.seeds import restart_seed
 from tests.envs import EndOnTwoEnv, FlakyEnv
 from tests.helpers import assert_killed, worker_pids
@@ -207,8 +208,13 @@ def test_a_restarted_env_gets_a_seed_derived_from_its_last():
     vec.close()
 
 
-def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog):
-    """close() neither restarts dead workers nor waits forever on hung ones (timeout=None)."""
+def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog, monkeypatch):
+    """close() neither restarts dead workers nor waits forever on hung ones (timeout=None).
+
+    With no `timeout` the envs get `engine._CLOSE_S` to close (30 s), shortened here to 3 s:
+    close must return within it (plus killing the workers), whatever it is.
+    """
+    monkeypatch.setattr(engine_module, "_CLOSE_S", 3.0)
     vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
     vec.reset()
     vec.set_attr("delay", [0.0, 0.0, 600.0, 600.0])
@@ -217,7 +223,7 @@ def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog):
     _kill(vec, 0, pids[0])
     start = time.monotonic()
     vec.close()
-    assert time.monotonic() - start < 90
+    assert time.monotonic() - start < 3.0 + 20
     assert "restarting it" not in caplog.text
 
 
