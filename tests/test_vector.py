@@ -37,33 +37,38 @@ def _sample_actions(envs, seed):
     return [env.action_space.sample() for env in envs]
 
 
-@pytest.mark.parametrize("num_envs", [1, 3])
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-@pytest.mark.parametrize("api", ["gymnasium", "old-gym"])
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("num_envs", [1, 3], scope="class")
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"], scope="class")
+@pytest.mark.parametrize("api", ["gymnasium", "old-gym"], scope="class")
+@pytest.mark.parametrize("layout", LAYOUTS, scope="class")
 class TestAgainstInProcessEnvs:
     """pfrl's vector-env test pattern: seed, reset, step and masked reset equal plain envs.
 
-    The same for one actor per env and for workers holding two envs each.
+    The same for one actor per env and for workers holding two envs each. The tests of one
+    parameter set share its vector env and plain envs (each test seeds both first).
     """
 
-    @pytest.fixture(autouse=True)
-    def _envs(self, num_envs, env_id, api, layout):
+    @pytest.fixture(scope="class")
+    @classmethod
+    def shared(cls, num_envs, env_id, api, layout):
+        """The vector env and the plain envs of one parameter set."""
         remote_class = RemoteGym if api == "gymnasium" else RemoteBridge
-        self.api = api
         make = (
             (lambda: gym.make(env_id))
             if api == "gymnasium"
             else (lambda: GymAPIBridge(gym.make(env_id)))
         )
         if layout == "actor-per-env":
-            self.vec = RayVectorEnv([remote_class.remote(env_id) for _ in range(num_envs)])
+            vec = RayVectorEnv([remote_class.remote(env_id) for _ in range(num_envs)])
         else:
-            self.vec = RayVectorEnv.from_env_fns([make] * num_envs, envs_per_worker=2)
-        self.envs = [make() for _ in range(num_envs)]
-        self.num_envs = num_envs
-        yield
-        self.vec.close()
+            vec = RayVectorEnv.from_env_fns([make] * num_envs, envs_per_worker=2)
+        yield vec, [make() for _ in range(num_envs)]
+        vec.close()
+
+    @pytest.fixture(autouse=True)
+    def _envs(self, shared, num_envs, api):
+        self.vec, self.envs = shared
+        self.api, self.num_envs = api, num_envs
 
     def _reset_plain(self, env, seed=None):
         kwargs = {} if seed is None else {"seed": seed}
