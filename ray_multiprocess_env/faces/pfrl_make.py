@@ -137,13 +137,14 @@ def from_remote_class(
     Example:
         >>> import gymnasium as gym
         >>> from ray_multiprocess_env import RayVectorEnv, make_remote_class
-        >>> class CartPole:
-        ...     def __init__(self):
-        ...         self.env = gym.make("CartPole-v1")
-        >>> RemoteCartPole = make_remote_class(CartPole, "env", gym.wrappers.TimeLimit)
-        >>> with RayVectorEnv.from_remote_class(RemoteCartPole, 2, placement="SPREAD") as vec:
-        ...     print(vec.num_envs, len(set(vec.node_ids())))
-        2 1
+        >>> class Holder:  # one env of the id it is given
+        ...     def __init__(self, env_id, **env_kwargs):
+        ...         self.env = gym.make(env_id, **env_kwargs)
+        >>> RemoteHolder = make_remote_class(Holder, "env", gym.Env)
+        >>> pendulums = {"args": ("Pendulum-v1",), "placement": "SPREAD"}
+        >>> with RayVectorEnv.from_remote_class(RemoteHolder, 2, **pendulums) as vec:
+        ...     print(vec.num_envs, len(set(vec.node_ids())), vec.action_space.shape)
+        2 1 (1,)
     """
     if not hasattr(actor_class, "options") or not hasattr(actor_class, "remote"):
         raise TypeError(
