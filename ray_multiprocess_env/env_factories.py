@@ -225,7 +225,7 @@ def legacy_arguments(
 
 
 def made_from(
-    where: str,
+    entry_point: Callable[..., Any],
     env: Any,
     num_envs: Any,
     options: Mapping[str, Any],
@@ -237,11 +237,12 @@ def made_from(
 ) -> tuple[list[EnvBuilder], int, WorkerOptions]:
     """A ``make_*`` function's env factories, envs per worker and `WorkerOptions`.
 
-    `options` are its `MakeOptions` (any other key is a `TypeError` naming `where`);
-    `legacy` and `make_env` its deprecated forms (see `legacy_arguments`); `first_wrappers`
-    go before the user's `wrappers` (SB3's ``Monitor``).
+    `options` are the `MakeOptions` given to `entry_point` (any other key is a `TypeError`
+    naming it); `legacy` and `make_env` its deprecated forms (see `legacy_arguments`);
+    `first_wrappers` go before the user's `wrappers` (SB3's ``Monitor``).
     """
-    factory, worker = split_make_options(where, options)
+    where = entry_point.__name__
+    factory, worker = split_make_options(where, options, entry_point)
     env, num_envs, num_workers, envs_per_worker = legacy_arguments(
         where, env, num_envs, legacy, factory["num_workers"], factory["envs_per_worker"], make_env
     )

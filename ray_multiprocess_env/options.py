@@ -1,14 +1,17 @@
-"""The options every entry point takes, declared and documented once.
+"""The options of every entry point that builds envs in workers, declared and documented once.
 
-Each entry point spells out only what is its own (`env`, `num_envs`, its ecosystem's
+Each entry point (the ``make_*`` functions, `vector_entry_point`, the faces' constructors and
+`RayVectorEnv.from_env_fns`) spells out only what is its own (`env`, `num_envs`, its ecosystem's
 conventions such as `autoreset_mode` or `wait_num`) and takes the rest as ``**options``, typed
 with `WorkerOptions` or `MakeOptions` (PEP 692), so that type checkers and IDEs still show every
-keyword. `Options.make` (the engine's) checks the values; `check_names` checks the names.
+keyword. `check_names` checks the names (Python would accept any keyword into ``**options``),
+`Options.make` (the engine's) the values.
 """
 
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypedDict, cast
 
@@ -19,6 +22,7 @@ __all__ = [
     "WorkerOptions",
     "check_names",
     "did_you_mean",
+    "own_keywords",
     "split_make_options",
 ]
 
@@ -95,18 +99,35 @@ MAKE_KEYS: frozenset[str] = MakeOptions.__optional_keys__
 _FACTORY_KEYS = ("num_workers", "envs_per_worker", "env_kwargs", "wrappers")
 
 
-def check_names(where: str, options: Mapping[str, Any], accepted: Collection[str]) -> None:
+def check_names(
+    where: str,
+    options: Mapping[str, Any],
+    accepted: Collection[str],
+    own: Callable[..., Any] | None = None,
+) -> None:
     """A `TypeError` naming the first key of `options` that `where` does not take, and the fix.
 
-    Python accepts any keyword into ``**options``; this is the check it would have made.
+    Python accepts any keyword into ``**options``; this is the check it would have made. `own`:
+    the entry point itself, whose own keyword arguments are suggested too (read only when a key
+    is bad).
     """
     for key in options:
         if key not in accepted:
+            names = [*accepted, *own_keywords(own)]
             raise TypeError(
                 f"`{where}` got an unexpected keyword argument {key!r}."
-                f"{did_you_mean(key, accepted)} Besides its own arguments it takes the options "
+                f"{did_you_mean(key, names)} Besides its own arguments it takes the options "
                 f"{', '.join(sorted(accepted))}."
             )
+
+
+def own_keywords(function: Callable[..., Any] | None) -> list[str]:
+    """The names `function` takes as keywords of its own (not ``**options``)."""
+    if function is None:
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = inspect.signature(function).parameters.values()
+    return [p.name for p in parameters if p.kind in kinds and p.name not in ("self", "cls")]
 
 
 def did_you_mean(key: str, accepted: Collection[str]) -> str:
@@ -116,10 +137,10 @@ def did_you_mean(key: str, accepted: Collection[str]) -> str:
 
 
 def split_make_options(
-    where: str, options: Mapping[str, Any]
+    where: str, options: Mapping[str, Any], own: Callable[..., Any] | None = None
 ) -> tuple[dict[str, Any], WorkerOptions]:
     """``(factory arguments, worker options)`` of a ``make_*`` function's `MakeOptions`."""
-    check_names(where, options, MAKE_KEYS)
+    check_names(where, options, MAKE_KEYS, own)
     factory = {key: options.get(key) for key in _FACTORY_KEYS}
     worker = cast(WorkerOptions, {k: v for k, v in options.items() if k in WORKER_KEYS})
     return factory, worker

@@ -26,7 +26,7 @@ from tests.helpers import assert_same
 
 def _engine(env_fns, per_worker=2, info_layout="batched", **options):
     """An engine over in-process workers."""
-    made = Options.make(**options)
+    made = Options.make(options)
     launcher = InProcessLauncher(made.worker_args(info_layout))
     return Engine.start(
         env_fns,

@@ -88,3 +88,30 @@ def test_a_misspelt_option_is_named_with_the_fix_before_any_worker_starts(entry_
     """`timout=` is a `TypeError` naming the entry point, the key and `timeout`, at once."""
     with pytest.raises(TypeError, match=r"'timout'.*Did you mean `timeout`"):
         _MAKERS[entry_point](timout=5)
+
+
+@pytest.mark.parametrize(
+    "entry_point",
+    ["make_sb3_vec_env", "SB3VecEnv", "make_tianshou_vector_env", "TianshouVectorEnv"],
+)
+@pytest.mark.parametrize("setting", ["autoreset_mode", "check_actions", "copy", "where"])
+def test_another_faces_own_setting_is_refused_not_ignored(entry_point, setting):
+    """`check_actions=True` on the SB3 face (which has no such setting) is an error, not a no-op."""
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{setting}'"):
+        _MAKERS[entry_point](**{setting: True})
+
+
+@pytest.mark.parametrize(
+    ("entry_point", "misspelt", "meant"),
+    [
+        ("TianshouVectorEnv", "wait_timout", "wait_timeout"),  # not `timeout`
+        ("make_tianshou_vector_env", "wait_timout", "wait_timeout"),
+        ("GymnasiumVectorEnv", "copi", "copy"),
+        ("make_sb3_vec_env", "monitr", "monitor"),
+        ("RayVectorEnv.from_env_fns", "envs_per_actr", "envs_per_actor"),
+    ],
+)
+def test_the_fix_named_may_be_the_entry_points_own_argument(entry_point, misspelt, meant):
+    """The closest name is looked for among the entry point's own arguments too."""
+    with pytest.raises(TypeError, match=rf"'{misspelt}'\. Did you mean `{meant}`\?"):
+        _MAKERS[entry_point](**{misspelt: 1})

@@ -1,8 +1,9 @@
-"""The engine's options, validated once, and every argument check of the package in one place.
+"""The engine's options, validated once, and the package's argument checks of values.
 
-Each face (`RayVectorEnv`, `GymnasiumVectorEnv`, `SB3VecEnv`) and each helper that builds one
-turns its keyword arguments into one frozen `Options`; the checks here name the argument, the
-bad value and the fix.
+Each face (`RayVectorEnv`, `GymnasiumVectorEnv`, `SB3VecEnv`, `TianshouVectorEnv`) turns the
+user's `WorkerOptions` (their names are declared and checked in ``ray_multiprocess_env/options.py``)
+and its own settings into one frozen `Options`; the checks here name the argument, the bad value
+and the fix.
 """
 
 from __future__ import annotations
@@ -86,18 +87,21 @@ class Options:
     @classmethod
     def make(
         cls,
+        options: Mapping[str, Any] = MappingProxyType({}),
+        /,
         *,
         where: str = "Options.make",
+        own: Callable[..., Any] | None = None,
         autoreset_mode: Any = AutoresetMode.NEXT_STEP,
         check_actions: Any = False,
-        **options: Any,
     ) -> Options:
         """Validate every option; a `TypeError`/`ValueError` names the first bad one.
 
-        `options` are `WorkerOptions` (any other key is a `TypeError` naming `where`, the entry
-        point that took it); a key left out takes its default.
+        `options` are the user's `WorkerOptions` (any other key is a `TypeError` naming `where`,
+        the entry point `own` that took them); a key left out takes its default.
+        `autoreset_mode` and `check_actions` are the face's own settings.
         """
-        check_names(where, options, WORKER_KEYS)
+        check_names(where, options, WORKER_KEYS, own)
         timeout = options.get("timeout")
         on_actor_failure = options.get("on_actor_failure", "raise")
         transport = options.get("transport")

@@ -86,10 +86,11 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         super().__init__()
         action_seed = check_base_seed(seed)
         checked = Options.make(
+            options,
             where=type(self).__name__,
+            own=type(self).__init__,
             autoreset_mode=autoreset_mode,
             check_actions=check_actions,
-            **options,
         )
         self.autoreset_mode = checked.autoreset_mode
         self._check_actions = checked.check_actions

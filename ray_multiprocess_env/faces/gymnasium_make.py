@@ -70,7 +70,7 @@ def make_vector_env(
         >>> envs.close()
     """
     env_fns, per_worker, worker = made_from(
-        "make_vector_env", env, num_envs, options, cpus=ray_cpus, legacy=legacy, make_env=make_env
+        make_vector_env, env, num_envs, options, cpus=ray_cpus, legacy=legacy, make_env=make_env
     )
     return GymnasiumVectorEnv(
         env_fns,

@@ -80,7 +80,9 @@ class RayVectorEnv:
         kill_on_close: bool = True,
         check_actions: bool = False,
     ) -> None:
-        options = Options.make(timeout=timeout, check_actions=check_actions, transport="ray")
+        options = Options.make(
+            {"timeout": timeout, "transport": "ray"}, check_actions=check_actions
+        )
         engine = Engine.of_actors(pfrl_make.check_actors(actors), options, name=type(self).__name__)
         self._setup(engine, options, kill_on_close=kill_on_close)
 

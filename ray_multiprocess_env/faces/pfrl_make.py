@@ -78,10 +78,11 @@ def from_env_fns(
     """
     per_worker = envs_per_worker_argument(envs_per_worker, envs_per_actor)
     checked = Options.make(
+        options,
         where=f"{cls.__name__}.from_env_fns",
+        own=from_env_fns,
         autoreset_mode=autoreset_mode,
         check_actions=check_actions,
-        **options,
     )
     if not isinstance(copy, bool):
         raise TypeError(f"`copy` must be True or False, got {copy!r}.")
@@ -152,13 +153,8 @@ def from_remote_class(
             f"{actor_class!r}; make one with `make_remote_class` or `ray.remote`."
         )
     count = check_positive_int("num_envs", num_envs)
-    options = Options.make(
-        timeout=timeout,
-        check_actions=check_actions,
-        transport="ray",
-        actor_options=actor_options,
-        placement=placement,
-    )
+    given = {"timeout": timeout, "actor_options": actor_options, "placement": placement}
+    options = Options.make({**given, "transport": "ray"}, check_actions=check_actions)
     plan = plan_placement(placement, count, actor_options, timeout=timeout)
     actors = []
     try:

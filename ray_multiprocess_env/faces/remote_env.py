@@ -19,7 +19,7 @@ class RemoteEnv(gym.Env[Any, Any]):
         env_fn: A picklable factory of the env, called inside the actor.
         actor_options: Options for `ray.remote` of the actor.
         timeout: Seconds to wait for any one call, or None.
-        transport: As for `GymnasiumVectorEnv`.
+        transport: As in `WorkerOptions`.
 
     Example:
         >>> import gymnasium as gym

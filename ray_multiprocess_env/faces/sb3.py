@@ -74,7 +74,10 @@ class SB3VecEnv(VecEnv):
     ) -> None:
         check_base_seed(seed)
         checked = Options.make(
-            where=type(self).__name__, autoreset_mode=AutoresetMode.SAME_STEP, **options
+            options,
+            where=type(self).__name__,
+            own=type(self).__init__,
+            autoreset_mode=AutoresetMode.SAME_STEP,
         )
         self._engine = Engine.start(
             env_fns, envs_per_worker, checked, name=type(self).__name__, info_layout="per_env"
@@ -253,7 +256,7 @@ def make_sb3_vec_env(
 
         first_wrappers.append(Monitor)
     env_fns, per_worker, worker = made_from(
-        "make_sb3_vec_env",
+        make_sb3_vec_env,
         env,
         num_envs,
         options,

@@ -101,7 +101,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 f"`wait_timeout` must be a positive number of seconds or None, got "
                 f"{wait_timeout!r}."
             )
-        checked = Options.make(where=type(self).__name__, **options)
+        checked = Options.make(options, where=type(self).__name__, own=type(self).__init__)
         self._engine = Engine.start(
             env_fns,
             envs_per_worker,

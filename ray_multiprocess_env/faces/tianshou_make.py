@@ -45,7 +45,7 @@ def make_tianshou_vector_env(
         >>> envs.close()
     """
     env_fns, per_worker, worker = made_from(
-        "make_tianshou_vector_env", env, num_envs, options, cpus=ray_cpus
+        make_tianshou_vector_env, env, num_envs, options, cpus=ray_cpus
     )
     return TianshouVectorEnv(
         env_fns,
