@@ -17,7 +17,6 @@ from typing import Any
 
 import gymnasium as gym
 
-from ray_multiprocess_env._engine.options import check_positive_int
 from ray_multiprocess_env.options import WorkerOptions, split_make_options
 
 __all__ = [
@@ -150,6 +149,9 @@ def _counts(
     num_envs: Any, num_workers: Any, envs_per_worker: Any, cpus: Callable[[], int]
 ) -> tuple[int, int]:
     """``(num_envs, envs_per_worker)`` from any two counts, or `num_envs` alone."""
+    # (imported here: a worker unpickling an `EnvBuilder` imports this module, not the engine)
+    from ray_multiprocess_env._engine.options import check_positive_int
+
     given = {
         name: check_positive_int(name, value)
         for name, value in (

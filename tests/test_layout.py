@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 from pathlib import Path
 
 import pytest
 
 import ray_multiprocess_env
+from ray_multiprocess_env import make_vector_env
 
 _PACKAGE = Path(ray_multiprocess_env.__file__).parent
 
@@ -47,3 +49,25 @@ def test_a_layer_imports_nothing_above_it(layer):
         for name in _imports(path) - _ALLOWED[layer]
     }
     assert not above, sorted(above)
+
+
+def test_a_worker_process_imports_only_the_worker_side():
+    """A worker imports `_worker/`, `_protocol/` and the leaves: no face, no engine (start-up)."""
+
+    def cartpole_listing_the_package_modules():  # (local: pickled by value, imports no test)
+        import sys
+
+        import gymnasium as gym
+
+        env = gym.make("CartPole-v1")
+        package = [m for m in sys.modules if m.startswith("ray_multiprocess_env")]
+        env.unwrapped.modules = sorted(package)
+        return env
+
+    with contextlib.closing(
+        make_vector_env(cartpole_listing_the_package_modules, 1, num_workers=1)
+    ) as envs:
+        (modules,) = envs.get_attr("modules")
+    layers = {name.split(".")[1] for name in modules if "." in name}
+    assert "_worker" in layers, modules
+    assert layers <= _ALLOWED["_worker"] | {"env_factories"}, sorted(layers)

@@ -22,7 +22,11 @@ from ray_multiprocess_env._engine.options import check_env_ids, check_length, ch
 from ray_multiprocess_env._worker.env_worker import WORKER_ENV_METHODS
 from ray_multiprocess_env.batch import unzip
 from ray_multiprocess_env.compat import announce_vector_env
-from ray_multiprocess_env.faces import pfrl_make, pfrl_results
+from ray_multiprocess_env.faces import (
+    pfrl_bridge,  # noqa: F401 (its hook: pfrl's VectorEnv)
+    pfrl_make,
+    pfrl_results,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -96,7 +100,7 @@ class RayVectorEnv:
         self._has_obs = np.zeros(engine.spec.num_envs, dtype=np.bool_)
         self._reset_gives_info = False
         self._attr_cache: dict[str, Any] = {}
-        announce_vector_env(RayVectorEnv)  # e.g. pfrl's `VectorEnv` registers it
+        announce_vector_env(RayVectorEnv)  # pfrl's `VectorEnv` registers it (`pfrl_bridge`)
 
     # -- constructors that start the actors (written in pfrl_make.py) ------------------------
     from_env_fns = classmethod(pfrl_make.from_env_fns)
