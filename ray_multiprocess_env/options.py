@@ -96,7 +96,7 @@ class MakeOptions(WorkerOptions, total=False):
 #: The keys of `WorkerOptions` and of `MakeOptions`.
 WORKER_KEYS: frozenset[str] = WorkerOptions.__optional_keys__
 MAKE_KEYS: frozenset[str] = MakeOptions.__optional_keys__
-_FACTORY_KEYS = ("num_workers", "envs_per_worker", "env_kwargs", "wrappers")
+_FACTORY_KEYS = MAKE_KEYS - WORKER_KEYS
 
 
 def check_names(

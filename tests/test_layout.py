@@ -71,3 +71,10 @@ def test_a_worker_process_imports_only_the_worker_side():
     layers = {name.split(".")[1] for name in modules if "." in name}
     assert "_worker" in layers, modules
     assert layers <= _ALLOWED["_worker"] | {"env_factories"}, sorted(layers)
+
+
+def test_every_public_name_is_found_where_the_package_says():
+    """The lazy top level (`_HOMES`) lists exactly `__all__`, and each name is in its module."""
+    assert set(ray_multiprocess_env._HOMES) == set(ray_multiprocess_env.__all__)
+    for name in ray_multiprocess_env.__all__:
+        assert getattr(ray_multiprocess_env, name) is not None, name

@@ -373,10 +373,7 @@ class Engine(FirstReadyVerbs):
             for worker, reply, where in zip(self._pool.workers, replies, positions, strict=True)
             if reply is not None
         ]
-        assert self._store is not None
-        batch, specs = self._store.collect(answered, envs, ids)
-        self._pool.share_infos(specs)  # (numeric info keys seen for the first time)
-        return batch
+        return self._collect(answered, envs, ids)
 
     def _attach_results(self, error: RemoteEnvError, call: Call) -> None:
         """Give a failed step's `error` what the step would have returned, if all answered."""

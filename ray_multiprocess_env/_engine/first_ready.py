@@ -52,6 +52,15 @@ class FirstReadyVerbs:
     _hot: HotPath | None
     _workers_here: int  # worker processes on the driver's node (`driver_threads`)
 
+    def _collect(
+        self, answered: list[Any], envs: np.ndarray | None, ids: Any, every_row: bool = True
+    ) -> Batch:
+        """The batch after these answers (`BatchStore.collect`); new info columns shared."""
+        assert self._store is not None
+        batch, specs = self._store.collect(answered, envs, ids, every_row)
+        self._pool.share_infos(specs)  # (numeric info keys seen for the first time)
+        return batch
+
     def _split(self, actions: Any, env_ids: Sequence[int]) -> Split:
         """`actions` of the envs `env_ids`, split per worker (`splits.split_per_worker`)."""
         owner = self._owner
@@ -124,10 +133,7 @@ class FirstReadyVerbs:
             (workers[t.worker].envs.start, value, ticket_positions(t)) for t, _, value in done
         ]
         every_row = all(t.handle is not _PARTIAL for t, _, _ in done)
-        assert self._store is not None
-        batch, specs = self._store.collect(answered, ids, ids, every_row)
-        self._pool.share_infos(specs)  # (numeric info keys seen for the first time)
-        return batch
+        return self._collect(answered, ids, ids, every_row)
 
     def _first(
         self, min_envs: int, timeout: float | None, deadline: float | None

@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env.env_factories import made_from
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv
-from ray_multiprocess_env.options import MAKE_KEYS, did_you_mean
+from ray_multiprocess_env.options import MAKE_KEYS, did_you_mean, own_keywords
 from ray_multiprocess_env.runtime import ray_cpus
 
 if TYPE_CHECKING:
@@ -87,8 +87,6 @@ def make_vector_env(
 #: arguments, which ``gymnasium.make_vec`` may add); every other env argument goes in
 #: `env_kwargs`.
 _MAKE_ARGUMENTS = ("max_episode_steps", "render_mode", "disable_env_checker")
-#: `vector_entry_point`'s own keywords.
-_OWN_ARGUMENTS = ("env_id", "env_kwargs", "seed", "autoreset_mode", "check_actions", "copy")
 
 
 def vector_entry_point(
@@ -134,7 +132,7 @@ def vector_entry_point(
     make_arguments = {k: arguments.pop(k) for k in _MAKE_ARGUMENTS if k in arguments}
     unknown = sorted(set(arguments) - MAKE_KEYS)
     if unknown:
-        accepted = sorted([*MAKE_KEYS, *_OWN_ARGUMENTS, *_MAKE_ARGUMENTS])
+        accepted = sorted([*MAKE_KEYS, *own_keywords(vector_entry_point), *_MAKE_ARGUMENTS])
         raise TypeError(
             f"`vector_entry_point` got unknown argument(s) {unknown}."
             f"{did_you_mean(unknown[0], accepted)} Env arguments go in `env_kwargs` (e.g. "
