@@ -27,6 +27,8 @@ from ray_multiprocess_env.runtime import ray_cpus
 from tests.envs import FlakyEnv
 from tests.helpers import env_slices
 
+pytestmark = pytest.mark.in_process  # the logic of arguments and faces: tests/conftest.py
+
 
 def _indexed(index):
     env = FlakyEnv()

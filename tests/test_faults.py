@@ -119,6 +119,7 @@ def test_resources_no_node_has_fail_the_constructor_in_bounded_time(asked, timeo
     assert time.monotonic() - start < (2.0 if timeout is None else MIN_START_S) + 20
 
 
+@pytest.mark.in_process
 def test_independent_seeds_from_a_seed_sequence_equal_the_formula():
     """A SeedSequence gives env i int(seq.spawn(n)[i].generate_state(1)[0]), every entry point."""
     n = 4
@@ -201,6 +202,7 @@ def test_envs_that_raise_are_rebuilt_and_the_others_lose_nothing(transport):
     assert errors >= 20
 
 
+@pytest.mark.in_process
 def test_envs_that_raise_are_rebuilt_through_sb3_and_pfrl():
     """SB3: done with env_error in that env's info; pfrl (old gym): needs_reset and env_error."""
     sb3 = SB3VecEnv(
@@ -226,6 +228,7 @@ def test_envs_that_raise_are_rebuilt_through_sb3_and_pfrl():
         assert all("boom" in info["env_error"] for info in infos)
 
 
+@pytest.mark.in_process
 def test_an_env_that_keeps_raising_stops_at_the_budget():
     """An env rebuilt max_restarts times: its next error is raised, saying so."""
     envs = GymnasiumVectorEnv(  # (same_step: the step after a truncation is no reset)
@@ -261,6 +264,7 @@ def test_a_rebuild_that_fails_is_named_and_the_others_keep_their_step():
         np.testing.assert_array_equal(obs[:1], reference.step(actions[:1])[0])
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("mode", ["same_step", "next_step"])
 def test_an_autoreset_that_raises_keeps_the_episode_that_ended(mode):
     """The reset after a truncation raises: the truncation step is kept as it was.
@@ -292,6 +296,7 @@ def test_an_autoreset_that_raises_keeps_the_episode_that_ended(mode):
         assert envs.step(one)[0][0, 1] == 1  # the next episode goes on
 
 
+@pytest.mark.in_process
 def test_a_reset_that_raises_rebuilds_with_its_seed_and_options():
     """reset(seed, options) raises: the rebuilt env is reset with that seed and those options."""
     envs = GymnasiumVectorEnv(

@@ -19,6 +19,8 @@ from ray_multiprocess_env.env_factories import env_factories
 from ray_multiprocess_env.options import MAKE_KEYS, WORKER_KEYS, WorkerOptions
 from tests.helpers import engine_options
 
+pytestmark = pytest.mark.in_process  # the logic of arguments and faces: tests/conftest.py
+
 
 def _cartpoles(count=2):
     return [lambda: gym.make("CartPole-v1")] * count

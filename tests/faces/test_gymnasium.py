@@ -1,4 +1,8 @@
-"""GymnasiumVectorEnv against gymnasium's SyncVectorEnv, step by step, in every autoreset mode."""
+"""GymnasiumVectorEnv against gymnasium's SyncVectorEnv, step by step, in every autoreset mode.
+
+The face's logic, on in-process workers (`in_process`, tests/conftest.py); the same face over
+each Ray transport is in tests/test_transports.py.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from ray_multiprocess_env import (
 from tests.envs import DictObsEnv, EndOnTwoEnv, FlakyEnv, NamedCallEnv
 from tests.envs_spaces import GraphActionEnv
 from tests.helpers import assert_same
+
+pytestmark = pytest.mark.in_process
 
 NUM_ENVS = 5  # workers of 2, 2 and 1 envs
 ENV_FNS = {

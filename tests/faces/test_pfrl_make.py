@@ -43,6 +43,7 @@ def test_from_env_fns_names_a_factory_that_cannot_be_pickled():
         RayVectorEnv.from_env_fns([make_env] * 3, envs_per_worker=2)
 
 
+@pytest.mark.in_process
 def test_from_env_fns_factory_error_names_the_env():
     """A factory that raises inside its worker is reported with its env index."""
 
@@ -53,6 +54,7 @@ def test_from_env_fns_factory_error_names_the_env():
         RayVectorEnv.from_env_fns([FlakyEnv, FlakyEnv, broken], envs_per_worker=2)
 
 
+@pytest.mark.in_process
 def test_workers_split_envs_and_report_their_slices():
     """Workers hold envs_per_actor envs each (the last fewer) and get/set attrs per env."""
     with RayVectorEnv.from_env_fns([FlakyEnv] * 5, envs_per_worker=2) as vec:
@@ -65,6 +67,7 @@ def test_workers_split_envs_and_report_their_slices():
         assert vec.action_space == gym.spaces.Discrete(3)
 
 
+@pytest.mark.in_process
 def test_envs_per_actor_is_a_deprecated_alias():
     """`envs_per_actor` still works, with a DeprecationWarning naming `envs_per_worker`."""
     with pytest.warns(DeprecationWarning, match=r"use `envs_per_worker`"):

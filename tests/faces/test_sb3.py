@@ -1,4 +1,9 @@
-"""SB3VecEnv against stable-baselines3's DummyVecEnv, SB3's wrappers on top, and PPO learning."""
+"""SB3VecEnv against stable-baselines3's DummyVecEnv, SB3's wrappers on top, and PPO learning.
+
+Besides the DummyVecEnv comparison, the face's logic runs on in-process workers (`in_process`,
+tests/conftest.py); the same face over each Ray transport is in tests/test_transports.py, and
+its restarts in tests/test_restart.py.
+"""
 
 from __future__ import annotations
 
@@ -82,6 +87,7 @@ def test_matches_dummy_vec_env(env_name):
     theirs.close()
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize(
     "wrap",
     [
@@ -105,6 +111,7 @@ def test_sb3_wrappers_run_on_top(wrap):
     theirs.close()
 
 
+@pytest.mark.in_process
 def test_env_method_get_attr_set_attr_with_indices():
     """env_method, get_attr, set_attr and env_is_wrapped take `indices` like DummyVecEnv."""
     envs = SB3VecEnv([NamedCallEnv] * 4, envs_per_worker=3)
@@ -127,6 +134,7 @@ def test_env_method_get_attr_set_attr_with_indices():
     wrapped.close()
 
 
+@pytest.mark.in_process
 def test_attributes_live_where_dummy_vec_env_puts_them():
     """has_attr looks through wrappers; set_attr sets on the outermost wrapper, as DummyVecEnv."""
     ours = SB3VecEnv([lambda: Monitor(NamedCallEnv())] * 3, envs_per_worker=2)
@@ -146,6 +154,7 @@ def test_attributes_live_where_dummy_vec_env_puts_them():
     theirs.close()
 
 
+@pytest.mark.in_process
 def test_wrong_actions_are_refused_before_anything_steps():
     """A batch of another length is a ValueError, a single action a TypeError; none steps."""
     envs = SB3VecEnv([NamedCallEnv] * 3, envs_per_worker=2)
@@ -168,6 +177,7 @@ def test_wrong_actions_are_refused_before_anything_steps():
     spaces.close()
 
 
+@pytest.mark.in_process
 def test_get_images_and_render():
     """get_images gives one frame per env and render tiles them, in rgb_array mode."""
     envs = SB3VecEnv([RenderingFlakyEnv] * 4, envs_per_worker=2)
@@ -182,6 +192,7 @@ def test_get_images_and_render():
     plain.close()
 
 
+@pytest.mark.in_process
 def test_make_sb3_vec_env_seeds_each_env():
     """make_sb3_vec_env passes indices and seeds env i with seed + i."""
     envs = make_sb3_vec_env(
@@ -209,6 +220,7 @@ def test_importing_the_package_does_not_import_sb3_or_torch():
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.in_process
 def test_make_sb3_vec_env_one_line_with_monitor():
     """``make_sb3_vec_env(id, n, monitor=True)``: SB3's Monitor in each env, as make_vec_env."""
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -231,6 +243,7 @@ def test_make_sb3_vec_env_one_line_with_monitor():
     envs.close()
 
 
+@pytest.mark.in_process
 def test_sb3_make_vec_env_builds_an_sb3_vec_env():
     """``make_vec_env(id, n_envs, vec_env_cls=SB3VecEnv, vec_env_kwargs=...)`` works."""
     from stable_baselines3.common.env_util import make_vec_env
@@ -252,6 +265,7 @@ def test_sb3_make_vec_env_builds_an_sb3_vec_env():
     expected.close()
 
 
+@pytest.mark.in_process
 def test_make_sb3_vec_env_takes_every_engine_option():
     """Every engine option (faults too) reaches the engine from the SB3 entry point."""
     envs = make_sb3_vec_env(

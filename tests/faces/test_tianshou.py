@@ -58,6 +58,7 @@ def _buffer_fields(buffer):
     return fields
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("amount", [{"n_step": 600}, {"n_episode": 25}], ids=["steps", "episodes"])
 def test_collected_buffer_equals_dummy_vector_env(amount):
     """A Collector's buffer and statistics over ours equal those over DummyVectorEnv."""
@@ -82,6 +83,7 @@ def test_collected_buffer_equals_dummy_vector_env(amount):
         np.testing.assert_array_equal(my_buffer[key], value, err_msg=key)
 
 
+@pytest.mark.in_process
 def test_steps_on_subsets_and_resets_equal_dummy_vector_env():
     """Random subsets of envs in any order, resets of some with seeds and options, per step."""
     fns = [functools.partial(DictObsEnv, 5 + i) for i in range(5)]
@@ -104,6 +106,7 @@ def test_steps_on_subsets_and_resets_equal_dummy_vector_env():
         assert_same(ours.reset(int(ids[0])), theirs.reset(int(ids[0])))
 
 
+@pytest.mark.in_process
 def test_envs_whose_spaces_differ_are_stepped_as_dummy_vector_env_does():
     """Envs with different observation spaces: each keeps its own, results as Tianshou's."""
     fns = [functools.partial(WalkEnv, size) for size in (2, 3, 5, 8)]
@@ -124,6 +127,7 @@ def test_envs_whose_spaces_differ_are_stepped_as_dummy_vector_env_does():
                 assert_same(ours.reset(done, options=options), theirs.reset(done, options=options))
 
 
+@pytest.mark.in_process
 def test_wait_num_returns_the_envs_that_finish_first():
     """With `wait_num`, `step` returns the fast envs; the slow one comes back later."""
     fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 0.0, 0.0, 1.5)]
@@ -147,6 +151,7 @@ def test_wait_num_returns_the_envs_that_finish_first():
         assert sorted(envs.ready_id) == [0, 1, 2, 3]
 
 
+@pytest.mark.in_process
 def test_wait_timeout_returns_what_finished_in_time():
     """With `wait_timeout`, `step` returns after that long with the envs done by then."""
     fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 2.0)]
@@ -160,6 +165,7 @@ def test_wait_timeout_returns_what_finished_in_time():
         assert envs.waiting_id == [1]
 
 
+@pytest.mark.in_process
 def test_asynchronous_steps_keep_each_env_on_its_own_trajectory():
     """Stepping whichever envs come back first: each env's steps are those of a plain env."""
     delays = (0.0, 0.003, 0.006, 0.02)
@@ -213,6 +219,7 @@ def test_spaces_attributes_render_and_seeded_random_actions():
     assert ours.is_closed
 
 
+@pytest.mark.in_process
 def test_user_errors_name_the_argument_and_the_fix():
     """Bad arguments raise TypeError/ValueError that say which and what to pass."""
     with pytest.raises(ValueError, match=r"`wait_num` is 5 but there are 2 envs"):
@@ -279,6 +286,7 @@ class _ZeroPolicy(Policy):
         return Batch(act=np.zeros(len(batch.obs), dtype=np.int64), state=state)
 
 
+@pytest.mark.in_process
 def test_a_collector_goes_on_after_an_env_raised():
     """Tianshou's Collector: `collect` raises (an env raised), then `reset` and `collect` work."""
     fns = [functools.partial(RaisingEnv, every) for every in (0, 5, 0, 0)]
@@ -356,6 +364,7 @@ def test_an_env_that_raises_in_async_mode_is_ready_again():
         assert len(infos) >= 2
 
 
+@pytest.mark.in_process
 def test_resetting_some_envs_first_returns_their_observations():
     """`reset([1, 2], seed=3)` as the first call returns what DummyVectorEnv returns."""
     ours = TianshouVectorEnv([CARTPOLE] * 4, envs_per_worker=2)

@@ -44,6 +44,7 @@ def _collect(vector_env, frames):
         collector.shutdown()
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_collected_data_equals_sync_vector_env(mode):
     """Observations, actions, rewards and done flags, resets included, in both modes.
@@ -63,6 +64,7 @@ def test_collected_data_equals_sync_vector_env(mode):
         assert torch.equal(mine[key], theirs[key])
 
 
+@pytest.mark.in_process
 def test_torchrl_refuses_next_step_autoreset():
     """Gymnasium's default mode is refused by TorchRL: the README says to pick another."""
     with contextlib.closing(make_vector_env("CartPole-v1", 2, num_workers=1)) as ours:
