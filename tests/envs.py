@@ -1,4 +1,9 @@
-"""Env classes the tests turn into actors (a module, so Ray workers can import it)."""
+"""Env classes the tests turn into actors (a module, so Ray workers can import it).
+
+Env factories that are module-level functions belong here too, not in a test module: a worker
+imports the module of every factory it unpickles, and some test modules import torch (through
+SB3's face), a second more for every worker they start.
+"""
 
 from __future__ import annotations
 
@@ -381,3 +386,13 @@ class WalkEnv(gym.Env[np.ndarray, int]):
         self.position += int(action)
         done = self.position >= self.size
         return np.array([self.position], dtype=np.float32), float(done), done, False, {"k": 1}
+
+
+def bridged_cartpole() -> GymAPIBridge:
+    """CartPole behind the old gym API (pfrl's), as `RayVectorEnv` users run it."""
+    return GymAPIBridge(gym.make("CartPole-v1"))
+
+
+def raising_env_one(index: int) -> RaisingEnv:
+    """For `make_vector_env`: env 1 raises on every 7th step; the others never."""
+    return RaisingEnv(7 if index == 1 else 0)

@@ -27,7 +27,14 @@ from ray_multiprocess_env import (
 )
 from ray_multiprocess_env._engine import ray_launcher
 from ray_multiprocess_env._engine.options import MIN_START_S
-from tests.envs import DyingEnv, FlakyEnv, InPlaceEnv, RaisingEnv, raising_env_built_once
+from tests.envs import (
+    DyingEnv,
+    FlakyEnv,
+    InPlaceEnv,
+    RaisingEnv,
+    raising_env_built_once,
+    raising_env_one,
+)
 from tests.helpers import assert_killed, memory_files, worker_pids
 
 TRANSPORTS = ["auto", "pipe", "ray"]
@@ -165,11 +172,6 @@ def test_a_crash_loop_stops_at_the_restart_budget():
     assert time.monotonic() - start < 120
 
 
-def _raising(index):
-    """Env 1 raises on every 7th step; the others never."""
-    return RaisingEnv(7 if index == 1 else 0)
-
-
 @pytest.mark.parametrize("transport", ["auto", "ray"])
 def test_envs_that_raise_are_rebuilt_and_the_others_lose_nothing(transport):
     """on_env_error='restart': env 1 is rebuilt at each error; the others lose nothing.
@@ -178,7 +180,12 @@ def test_envs_that_raise_are_rebuilt_and_the_others_lose_nothing(transport):
     envs for 200 steps.
     """
     envs = make_vector_env(
-        _raising, 4, num_workers=2, transport=transport, on_env_error="restart", max_restarts=None
+        raising_env_one,
+        4,
+        num_workers=2,
+        transport=transport,
+        on_env_error="restart",
+        max_restarts=None,
     )
     reference = gym.vector.SyncVectorEnv([RaisingEnv] * 4)
     rng = np.random.default_rng(0)

@@ -13,14 +13,13 @@ from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env import (
     EnvCrashedError,
-    GymAPIBridge,
     GymnasiumVectorEnv,
     RayVectorEnv,
     SB3VecEnv,
 )
 from ray_multiprocess_env._engine import engine as engine_module
 from ray_multiprocess_env._engine.seeds import restart_seed
-from tests.envs import EndOnTwoEnv, FlakyEnv
+from tests.envs import EndOnTwoEnv, FlakyEnv, bridged_cartpole
 from tests.helpers import assert_killed, worker_pids
 
 pytestmark = pytest.mark.slow
@@ -30,10 +29,6 @@ def _kill(envs, worker, pid=None) -> None:
     """SIGKILL worker `worker` of `envs` and wait until Ray knows it is dead."""
     os.kill(pid or worker_pids(envs)[worker], signal.SIGKILL)
     assert_killed(envs.remote_envs[worker])
-
-
-def _bridged_cartpole():
-    return GymAPIBridge(gym.make("CartPole-v1"))
 
 
 def test_by_default_a_dead_worker_raises_naming_its_envs():
@@ -49,7 +44,7 @@ def test_by_default_a_dead_worker_raises_naming_its_envs():
 def test_pfrl_style_restart_marks_lost_envs_for_reset():
     """on_actor_failure='restart': lost envs come back reset with needs_reset; others go on."""
     vec = RayVectorEnv.from_env_fns(
-        [_bridged_cartpole] * 4, envs_per_worker=2, on_actor_failure="restart"
+        [bridged_cartpole] * 4, envs_per_worker=2, on_actor_failure="restart"
     )
     vec.seed(0)
     vec.reset()
@@ -159,7 +154,7 @@ def test_a_hung_worker_does_not_lose_another_envs_terminal_transition():
 def test_a_death_in_any_call_leaves_the_envs_ready_to_step(op):
     """A worker lost during get_attr/call/set_attr/masked reset comes back reset, not broken."""
     vec = RayVectorEnv.from_env_fns(
-        [_bridged_cartpole] * 4, envs_per_worker=2, on_actor_failure="restart"
+        [bridged_cartpole] * 4, envs_per_worker=2, on_actor_failure="restart"
     )
     vec.reset()
     _kill(vec, 0)
