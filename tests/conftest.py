@@ -22,8 +22,11 @@ def ray_address() -> Iterator[str]:
     ray.shutdown()
 
 
-@pytest.fixture(autouse=True)
-def _in_process_workers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+_IN_PROCESS = pytest.MonkeyPatch()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
     """Tests marked `in_process` start their workers as threads of this process, not Ray actors.
 
     Their subject is a face's or the engine's own logic (arguments, bookkeeping, error names),
@@ -36,15 +39,22 @@ def _in_process_workers(request: pytest.FixtureRequest, monkeypatch: pytest.Monk
     or module stay unmarked, on Ray: a class-level space each env seeds, a count of builds per
     process, a class's `metadata`, which gymnasium's `SyncVectorEnv` in the test writes into. So
     do tests that end a worker's process (``os._exit``) or need picklable factories.
+
+    A hook, not a fixture, so that the test's class- and module-scoped fixtures start in-process
+    workers too.
     """
-    if request.node.get_closest_marker("in_process") is None or TRANSPORT_VARIABLE in os.environ:
-        return
+    if item.get_closest_marker("in_process") is not None and TRANSPORT_VARIABLE not in os.environ:
+        _IN_PROCESS.setattr(ray_launcher, "RayLauncher", _in_process_launcher)
 
-    def launcher(
-        options: object, plan: PlacementPlan | None, worker_args: dict
-    ) -> InProcessLauncher:
-        if plan is not None:
-            plan.release()  # threads take no place on the cluster
-        return InProcessLauncher(worker_args)
 
-    monkeypatch.setattr(ray_launcher, "RayLauncher", launcher)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """Ray actors again for the next test."""
+    _IN_PROCESS.undo()
+
+
+def _in_process_launcher(
+    options: object, plan: PlacementPlan | None, worker_args: dict
+) -> InProcessLauncher:
+    if plan is not None:
+        plan.release()  # threads take no place on the cluster
+    return InProcessLauncher(worker_args)

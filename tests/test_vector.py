@@ -31,12 +31,20 @@ RemoteGym = make_remote_class(GymHolder, "env", gym.Env)
 RemoteBridge = make_remote_class(BridgeHolder, "env", GymAPIBridge)
 
 
+@pytest.fixture(scope="module")
+def two_actors():
+    """Two env actors under one RayVectorEnv, for the tests of arguments refused before a call."""
+    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
+        yield vec
+
+
 def _sample_actions(envs, seed):
     for i, env in enumerate(envs):
         env.action_space.seed(seed + i)
     return [env.action_space.sample() for env in envs]
 
 
+@pytest.mark.in_process  # (the workers-of-2 layout; the actors of actor-per-env are the user's)
 @pytest.mark.parametrize("num_envs", [1, 3], scope="class")
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"], scope="class")
 @pytest.mark.parametrize("api", ["gymnasium", "old-gym"], scope="class")
@@ -193,6 +201,7 @@ class RenderingVec(RayVectorEnv):
         return self.call_each("set_attr", [("gravity", v) for v in values])
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_subclass_adds_fan_out_methods(layout):
     """A subclass adds fan-out methods through call, call_each and remote_envs."""
@@ -208,6 +217,7 @@ def test_subclass_adds_fan_out_methods(layout):
         assert vec.get_attr("gravity") == (4.0, 5.0)
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_wrong_number_of_actions_fails_before_any_remote_call(layout):
     """A wrong action count raises ValueError and leaves every env untouched."""
@@ -228,14 +238,14 @@ def test_wrong_number_of_actions_fails_before_any_remote_call(layout):
         ("ab", TypeError, r"`mask` must be a sequence"),
     ],
 )
-def test_bad_mask(mask, error, match):
+def test_bad_mask(two_actors, mask, error, match):
     """A mask of the wrong length or type raises before any remote call."""
-    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
-        vec.reset()
-        with pytest.raises(error, match=match):
-            vec.reset(mask)
+    two_actors.reset()
+    with pytest.raises(error, match=match):
+        two_actors.reset(mask)
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_mask_before_first_reset(layout):
     """Skipping an env that never had an observation names the env and the fix."""
@@ -252,11 +262,10 @@ def test_mask_before_first_reset(layout):
         ([1, "a"], TypeError, r"`seeds\[1\]` must be an int or None"),
     ],
 )
-def test_bad_seeds(seeds, error, match):
+def test_bad_seeds(two_actors, seeds, error, match):
     """Seeds of the wrong type or length raise a clear error."""
-    with RayVectorEnv([RemoteFlaky.remote() for _ in range(2)]) as vec:
-        with pytest.raises(error, match=match):
-            vec.seed(seeds)
+    with pytest.raises(error, match=match):
+        two_actors.seed(seeds)
 
 
 @pytest.mark.parametrize(
@@ -302,6 +311,7 @@ def test_close_can_keep_actors():
     ray.kill(actors[0])
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_env_exception_names_env_and_method_and_keeps_traceback(layout):
     """An exception in env 1 names env 1 and `step`, keeps the remote traceback; env 1 recovers."""
@@ -322,6 +332,7 @@ def test_env_exception_names_env_and_method_and_keeps_traceback(layout):
         assert [o.item() for o in obs] == [3.0, 1.0, 3.0]
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_several_failing_envs_are_all_named(layout):
     """When several envs fail in one call the error lists all of them."""
@@ -368,6 +379,7 @@ def test_close_without_killing_raises_a_failed_close():
     ray.kill(actors[0])
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_optional_action_space_check(layout):
     """check_actions=True refuses an action outside the action space, naming the env."""
