@@ -116,12 +116,12 @@ def test_an_env_error_names_the_env_and_keeps_the_traceback(transport):
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_timeout_keeps_the_answers_and_step_wait_collects_the_rest(transport):
     """A late worker raises TimeoutError; the answers already in are kept for `step_wait`."""
-    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, timeout=1.0, transport=transport)
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, timeout=0.5, transport=transport)
     envs.reset()
-    envs.set_attr("delay", [0.0, 2.0])
+    envs.set_attr("delay", [0.0, 1.0])
     with pytest.raises(
         TimeoutError,
-        match=r"timed out after 1.0 s: env\(s\) \[1\] did not answer\. The envs that answered",
+        match=r"timed out after 0.5 s: env\(s\) \[1\] did not answer\. The envs that answered",
     ):
         envs.step(np.array([1, 1]))
     obs = envs.step_wait(timeout=10)[0]

@@ -348,32 +348,32 @@ def test_timeout_names_the_slow_env(caplog, layout):
 
     With workers, the whole worker of the slow env is named: its envs answer together.
     """
-    vec = flaky_vec(2, layout, timeout=1.0)
+    vec = flaky_vec(2, layout, timeout=0.5)
     actors = vec.remote_envs
     wait_until_ready(vec)
     late = "[1]" if layout == "actor-per-env" else "[0, 1]"
     vec.reset()
     vec.set_attr("delay", [0.0, 60.0])
     with pytest.raises(
-        TimeoutError, match=rf"`step` timed out after 1.0 s: env\(s\) {re.escape(late)}"
+        TimeoutError, match=rf"`step` timed out after 0.5 s: env\(s\) {re.escape(late)}"
     ):
         vec.step([0, 0])
     vec.close()
     assert "Killing the actors after a failed `close`" in caplog.text
-    assert f"`close` timed out after 1.0 s: env(s) {late}" in caplog.text
+    assert f"`close` timed out after 0.5 s: env(s) {late}" in caplog.text
     assert_killed(actors[-1])
 
 
 def test_close_without_killing_raises_a_failed_close():
     """With kill_on_close=False a hung close is raised, since the actor lives on."""
     actors = [RemoteFlaky.remote()]
-    vec = RayVectorEnv(actors, timeout=1.0, kill_on_close=False)
+    vec = RayVectorEnv(actors, timeout=0.5, kill_on_close=False)
     wait_until_ready(vec)
     vec.reset()
     vec.set_attr("delay", [60.0])
     with pytest.raises(TimeoutError, match=r"`step` timed out"):
         vec.step([0])
-    with pytest.raises(TimeoutError, match=r"`close` timed out after 1.0 s: env\(s\) \[0\]"):
+    with pytest.raises(TimeoutError, match=r"`close` timed out after 0.5 s: env\(s\) \[0\]"):
         vec.close()
     assert vec.closed
     ray.kill(actors[0])
