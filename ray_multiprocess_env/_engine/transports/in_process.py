@@ -20,7 +20,6 @@ from ray_multiprocess_env._engine.pool import Worker
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._engine.transports.pipes import decode_reply
 from ray_multiprocess_env._protocol.pipes import HEADER, answer, dumps
-from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError
 
@@ -177,16 +176,8 @@ class InProcessLauncher:
                 raise EnvCrashedError(worker.envs.start, label, error, env_indices=worker.envs)
             worker.node_id, worker.transport = "in-process", InProcessTransport(thread)
 
-    def open(
-        self,
-        workers: Sequence[Worker],
-        shared: SharedBatch | None,
-        columns: Sequence[dict[str, Any]],
-        deadline: float | None,
-        *,
-        strict: bool = False,
-    ) -> None:
-        """Nothing more: no shared memory in process."""
+    def open(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing more: no pipes or shared memory in process (as `ActorLauncher.open`)."""
 
     def kill(self, worker: Worker, *, wait_gone: bool = False) -> None:
         """Kill the worker's thread (it drops what it was doing)."""
