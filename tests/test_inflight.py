@@ -92,7 +92,7 @@ def test_send_recv_errors_and_timeout():
         vec.send([0, 0], [1, 1])
     with pytest.raises(ValueError, match=r"`actions` has 1 entries but `env_ids` has 2"):
         vec.send([0], [0, 1])
-    vec.set_attr("delay", [0.0, 1.5, 0.0])
+    vec.set_attr("delay", [0.0, 2.0, 0.0])
     vec.send([1, 1], [0, 1])
     with pytest.raises(
         ValueError, match=r"env 1 already has a call in flight; `recv` .* before sending"

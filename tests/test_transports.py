@@ -118,7 +118,7 @@ def test_a_timeout_keeps_the_answers_and_step_wait_collects_the_rest(transport):
     """A late worker raises TimeoutError; the answers already in are kept for `step_wait`."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, timeout=0.5, transport=transport)
     envs.reset()
-    envs.set_attr("delay", [0.0, 1.0])
+    envs.set_attr("delay", [0.0, 1.5])
     with pytest.raises(
         TimeoutError,
         match=r"timed out after 0.5 s: env\(s\) \[1\] did not answer\. The envs that answered",

@@ -212,7 +212,10 @@ def test_make_vector_env_bad_arguments(kwargs, error, match):
 
 
 def test_gymnasium_env_checker_passes_on_a_remote_env():
-    """The gymnasium env checker passes on an env running in a Ray actor."""
+    """The gymnasium env checker passes on a `RemoteEnv` (its worker a thread here, `in_process`).
+
+    Its doctest in `faces/remote_env.py` runs one over a Ray actor.
+    """
     from gymnasium.utils.env_checker import check_env
 
     for env_fn in (ENV_FNS["CartPole"], DictObsEnv):

@@ -154,8 +154,7 @@ def test_attributes_live_where_dummy_vec_env_puts_them():
     theirs.close()
 
 
-@pytest.mark.in_process
-def test_wrong_actions_are_refused_before_anything_steps():
+def test_wrong_actions_are_refused_before_anything_steps():  # (a class-level space: on Ray)
     """A batch of another length is a ValueError, a single action a TypeError; none steps."""
     envs = SB3VecEnv([NamedCallEnv] * 3, envs_per_worker=2)
     envs.reset()
