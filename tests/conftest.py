@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import ray
 
-from ray_multiprocess_env._engine import ray_launcher
+from ray_multiprocess_env._engine import engine, ray_launcher
 from ray_multiprocess_env._engine.options import TRANSPORT_VARIABLE
+from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.transports.in_process import InProcessLauncher
-from ray_multiprocess_env.placement import PlacementPlan
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -41,10 +42,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     do tests that end a worker's process (``os._exit``) or need picklable factories.
 
     A hook, not a fixture, so that the test's class- and module-scoped fixtures start in-process
-    workers too.
+    workers too. It hands the engine's `start_pool` the launcher it takes for tests, so nothing
+    is planned on the cluster.
     """
     if item.get_closest_marker("in_process") is not None and TRANSPORT_VARIABLE not in os.environ:
-        _IN_PROCESS.setattr(ray_launcher, "RayLauncher", _in_process_launcher)
+        _IN_PROCESS.setattr(engine, "start_pool", _in_process_pool)
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
@@ -52,9 +54,9 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     _IN_PROCESS.undo()
 
 
-def _in_process_launcher(
-    options: object, plan: PlacementPlan | None, worker_args: dict
-) -> InProcessLauncher:
-    if plan is not None:
-        plan.release()  # threads take no place on the cluster
-    return InProcessLauncher(worker_args)
+def _in_process_pool(
+    env_fns: Any, envs_per_worker: int, options: Any, worker_args: dict, launcher: Launcher | None
+) -> Pool:
+    if launcher is None:
+        launcher = InProcessLauncher(worker_args)
+    return ray_launcher.start_pool(env_fns, envs_per_worker, options, worker_args, launcher)
