@@ -10,6 +10,8 @@ import _thread
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -144,3 +146,21 @@ def interrupt_after(seconds, *, signal_now=False):
         yield
     finally:
         timer.cancel()
+
+
+def assert_loaded_on_first_use(module: str, *names: str) -> None:
+    """A face is loaded on first use: checked in a fresh interpreter.
+
+    Importing the package imports neither `module` nor torch; reading the package's `names`
+    imports `module`.
+    """
+    code = (
+        "import sys, ray_multiprocess_env as r\n"
+        f"assert {module!r} not in sys.modules and 'torch' not in sys.modules\n"
+        + "".join(f"r.{name}\n" for name in names)
+        + f"assert {module!r} in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr

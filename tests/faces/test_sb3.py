@@ -8,8 +8,6 @@ its restarts in tests/test_restart.py.
 from __future__ import annotations
 
 import functools
-import subprocess
-import sys
 import warnings
 
 import gymnasium as gym
@@ -29,7 +27,7 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
 )
 
 from ray_multiprocess_env import SB3VecEnv, make_sb3_vec_env  # noqa: E402
-from tests.helpers import assert_same, engine_options  # noqa: E402
+from tests.helpers import assert_loaded_on_first_use, assert_same, engine_options  # noqa: E402
 
 ENV_FNS = {
     "CartPole": functools.partial(gym.make, "CartPole-v1", max_episode_steps=30),
@@ -207,16 +205,7 @@ def test_make_sb3_vec_env_seeds_each_env():
 
 def test_importing_the_package_does_not_import_sb3_or_torch():
     """SB3VecEnv is loaded on first use; importing the package imports neither SB3 nor torch."""
-    code = (
-        "import sys, ray_multiprocess_env as r\n"
-        "assert 'stable_baselines3' not in sys.modules and 'torch' not in sys.modules\n"
-        "r.SB3VecEnv\n"
-        "assert 'stable_baselines3' in sys.modules\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
+    assert_loaded_on_first_use("stable_baselines3", "SB3VecEnv")
 
 
 @pytest.mark.in_process

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
@@ -30,7 +28,7 @@ from ray_multiprocess_env import (  # noqa: E402
     make_tianshou_vector_env,
 )
 from tests.envs import DictObsEnv, FlakyEnv, RaisingEnv, WalkEnv  # noqa: E402
-from tests.helpers import assert_same, interrupt_after  # noqa: E402
+from tests.helpers import assert_loaded_on_first_use, assert_same, interrupt_after  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -249,16 +247,7 @@ def test_user_errors_name_the_argument_and_the_fix():
 
 def test_importing_the_package_does_not_import_tianshou():
     """The Tianshou face is loaded on first use; importing the package does not import it."""
-    code = (
-        "import sys, ray_multiprocess_env as r\n"
-        "assert 'tianshou' not in sys.modules and 'torch' not in sys.modules\n"
-        "r.make_tianshou_vector_env, r.TianshouVectorEnv\n"
-        "assert 'tianshou' in sys.modules\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
+    assert_loaded_on_first_use("tianshou", "make_tianshou_vector_env", "TianshouVectorEnv")
 
 
 # -- every verb recovers (an error, a timeout or Ctrl-C in a step of some envs) ---------------
