@@ -2,21 +2,27 @@
 
 One tracker per engine (as gymnasium's ``AsyncVectorEnv`` keeps one ``AsyncState``), checked
 first by every verb of the engine, so every face refuses the same calls with the same errors.
+Every change of it is all or nothing under a Ctrl-C: each method that changes more than one
+field runs inside `deferred_interrupts`, so an interrupt lands before or after it, never inside.
 """
 
 from __future__ import annotations
 
 import enum
 import numbers
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
 
-__all__ = ["Call", "CallState", "State"]
+__all__ = ["Call", "CallState", "State", "hand_out"]
+
+T = TypeVar("T")
 
 
 class State(enum.Enum):
@@ -82,7 +88,8 @@ class CallState:
 
     def begin_step(self, call: Call) -> None:
         """`call` is the pending `step_async`."""
-        self.pending, self.state = call, State.WAITING_STEP
+        with deferred_interrupts():
+            self.pending, self.state = call, State.WAITING_STEP
 
     def take_pending(self) -> Call:
         """The pending `step_async`, which is no longer pending.
@@ -95,7 +102,8 @@ class CallState:
             raise NoPendingCallError(
                 "`step_wait` was called without a `step_async` before it.", "step_wait"
             )
-        call, self.pending, self.state = self.pending, None, State.IDLE
+        with deferred_interrupts():
+            call, self.pending, self.state = self.pending, None, State.IDLE
         return call
 
     def keep_pending(self, call: Call) -> None:
@@ -104,26 +112,34 @@ class CallState:
 
     def put_in_flight(self, tickets: Iterable[tuple[Ticket, str]]) -> None:
         """First-ready tickets are out."""
-        busy = self.busy
-        for item in tickets:
-            envs = item[0].envs
-            busy.put(envs, True)
-            self.busy_count += len(envs)
-            self.in_flight.append(item)
-        self._settle_state()
+        items = list(tickets)
+        with deferred_interrupts():
+            busy = self.busy
+            for item in items:
+                envs = item[0].envs
+                busy.put(envs, True)
+                self.busy_count += len(envs)
+            self.in_flight = self.in_flight + items
+            self._settle_state()
 
     def take_done(self) -> list[tuple[Ticket, str]]:
         """The first-ready tickets that have an outcome, no longer in flight."""
+        return self.take([item[0] for item in self.in_flight if item[0].outcome is not None])
+
+    def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
+        """These first-ready tickets (and their kinds), no longer in flight."""
+        chosen = {id(ticket) for ticket in tickets}
         done: list[tuple[Ticket, str]] = []
         left: list[tuple[Ticket, str]] = []
         for item in self.in_flight:
-            (left if item[0].outcome is None else done).append(item)
-        busy = self.busy
-        for ticket, _ in done:
-            busy.put(ticket.envs, False)
-            self.busy_count -= len(ticket.envs)
-        self.in_flight = left
-        self._settle_state()
+            (done if id(item[0]) in chosen else left).append(item)
+        with deferred_interrupts():
+            busy = self.busy
+            for ticket, _ in done:
+                busy.put(ticket.envs, False)
+                self.busy_count -= len(ticket.envs)
+            self.in_flight = left
+            self._settle_state()
         return done
 
     def _settle_state(self) -> None:
@@ -132,9 +148,10 @@ class CallState:
 
     def close(self) -> tuple[Call | None, list[tuple[Ticket, str]]]:
         """Closed; what was pending and in flight, to give up."""
-        out = (self.pending, self.in_flight)
-        self.pending, self.in_flight, self.state = None, [], State.CLOSED
-        self.busy[:], self.busy_count = False, 0
+        with deferred_interrupts():
+            out = (self.pending, self.in_flight)
+            self.pending, self.in_flight, self.state = None, [], State.CLOSED
+            self.busy[:], self.busy_count = False, 0
         return out
 
     def busy_envs(self) -> list[int]:
@@ -165,3 +182,31 @@ class CallState:
         if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
             raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
         return int(wanted)
+
+
+def hand_out(
+    state: CallState,
+    lost_episodes: LostEpisodes,
+    done: Sequence[Ticket],
+    envs: Iterable[int] | None,
+    make: Callable[[], T],
+) -> T:
+    """Take the tickets `done` out of flight and `make` what the verb returns, all or nothing.
+
+    The lost-episode reports of `envs` (None: every env's) are delivered with it. A Ctrl-C
+    (or an error) before the result is made leaves the tickets in flight and the reports owed,
+    so the next call finds both: nothing a worker sent is dropped on the way out.
+    """
+    taken: list[tuple[Ticket, str]] = []
+    owed = None
+    try:
+        with deferred_interrupts():
+            taken = state.take(done) if done else []
+            owed = lost_episodes.deliver(envs)
+            return make()
+    except BaseException:
+        with deferred_interrupts():
+            if taken and state.state is not State.CLOSED:
+                state.put_in_flight(taken)
+            lost_episodes.restore(owed)
+        raise

@@ -72,10 +72,13 @@ class Calls:
                 ) from err
             tickets.append(ticket)
         call = Call(op, label, tickets)
+        lost_episodes, workers = self.pool.lost_episodes, self.pool.workers
         with deferred_interrupts():  # then send to every worker, or (on an error) give up
             try:
                 for ticket, data in zip(tickets, encoded, strict=True):
-                    self.pool.workers[ticket.worker].transport.submit(ticket, data)
+                    worker = workers[ticket.worker]
+                    lost_episodes.rearm(worker.transport, ticket, worker.envs.start)
+                    worker.transport.submit(ticket, data)
             except BaseException:
                 self.abandon(call)
                 raise
@@ -259,25 +262,32 @@ class Calls:
 
         Everything (placing, starting, connecting, the replacements' answers) ends by `deadline`.
         """
-        retries = []
-        for ticket in lost:
-            if ticket.outcome is None and ticket.transport is not None:
-                ticket.transport.forget(ticket)
-            why = "did not answer in time" if ticket.outcome is None else "died"
-            cause = ticket.outcome.error if ticket.outcome is not None else None
-            self.pool.restart(ticket.worker, ticket.generation, call.label, why, cause, deadline)
-            worker = self.pool.workers[ticket.worker]
-            retry = Ticket(
-                ticket.worker,
-                worker.generation,
-                ticket.op,
-                ticket.args,
-                ticket.envs,
-                ticket.shared_args,
-            )
-            worker.transport.submit(retry)
-            retries.append(retry)
-        wait_tickets(retries, deadline, len(retries))
+        retries: list[Ticket] = []
+        try:
+            for ticket in lost:
+                if ticket.outcome is None and ticket.transport is not None:
+                    ticket.transport.forget(ticket)
+                why = "did not answer in time" if ticket.outcome is None else "died"
+                cause = ticket.outcome.error if ticket.outcome is not None else None
+                pool = self.pool
+                pool.restart(ticket.worker, ticket.generation, call.label, why, cause, deadline)
+                worker = pool.workers[ticket.worker]
+                retry = Ticket(
+                    ticket.worker,
+                    worker.generation,
+                    ticket.op,
+                    ticket.args,
+                    ticket.envs,
+                    ticket.shared_args,
+                )
+                with deferred_interrupts():  # (a report sent but not read: sent again later)
+                    pool.lost_episodes.rearm(worker.transport, retry, worker.envs.start)
+                    worker.transport.submit(retry)
+                    retries.append(retry)
+            wait_tickets(retries, deadline, len(retries))
+        except BaseException:  # (interrupted, or a restart failed: the reports stay owed)
+            self.abandon(Call(call.op, call.label, retries))
+            raise
         failed: list[Ticket] = []
         for ticket, retry in zip(lost, retries, strict=True):
             if retry.outcome is None or retry.outcome.died:

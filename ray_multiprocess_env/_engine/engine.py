@@ -24,7 +24,7 @@ import numpy as np
 import ray
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState
+from ray_multiprocess_env._engine.call_state import Call, CallState, hand_out
 from ray_multiprocess_env._engine.calls import (
     Calls,
     options_of_env,
@@ -185,7 +185,8 @@ class Engine(FirstReadyVerbs):
             ]
             skip = [mask is not None and not mask[env] for env in range(len(seeds))]
             rows = self._calls.apply("reset", [None if s else () for s in skip], kwargs, label)
-            return Batch(None, None, None, None, None, rows=rows)
+            make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
+            return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
         args: list[tuple[Any, ...] | None] = []
         for worker in self._pool.workers:
             span = slice(worker.envs.start, worker.envs.stop)
@@ -196,34 +197,50 @@ class Engine(FirstReadyVerbs):
                 args.append((seeds[span], options_of_worker(options, span), worker_mask))
         replies = self._calls.run("reset", args, label)
         self._store.ready[envs if envs is not None else slice(None)] = True
-        return self._assemble(replies, [reset_positions(a) for a in args], envs)
+        positions = [reset_positions(a) for a in args]
+        make = lambda: self._assemble(replies, positions, envs)  # noqa: E731
+        return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
     # -- step --------------------------------------------------------------------------------
+    def step(self, actions: Any, *, label: str = "step") -> Batch:
+        """Step every env and wait: `step_async` and `step_wait` as one verb.
+
+        A Ctrl-C gives the step up (the next call of any verb works); a `TimeoutError` leaves
+        it pending, as `step_wait`'s does: call `step_wait` again to wait longer.
+        """
+        self._state.check_idle(label)
+        return self._wait_step(self._launch_step(actions), None)
+
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
-        hot = self._hot
-        if hot is not None and hot.step_async(actions):
-            return
         self._state.check_idle(label)
-        if self._store is None:
-            call = self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
-        else:
-            bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
-            chunks = split_batch(self.spec.action_space, actions, bounds)
-            args = [(chunk, None) for chunk in chunks]
-            call = self._calls.launch("step", args, "step", shared_args=True)
-        self._state.begin_step(call)
+        self._state.begin_step(self._launch_step(actions))
 
     def step_wait(self, timeout: float | None = None) -> Batch:
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
-        hot, deadline = self._hot, None
-        if hot is not None and self._state.pending is not None:  # (else the errors below)
-            deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
-            batch = hot.step_wait(deadline)
-            if batch is not None:
-                return batch
-        call = self._state.take_pending()
+        return self._wait_step(self._state.take_pending(), timeout)
+
+    def _launch_step(self, actions: Any) -> Call:
+        """Send a step of every env (nothing is sent if it raises)."""
+        hot = self._hot
+        call = None if hot is None else hot.launch_step(actions, "step")
+        if call is not None:
+            return call
+        if self._store is None:
+            return self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
+        bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
+        chunks = split_batch(self.spec.action_space, actions, bounds)
+        args = [(chunk, None) for chunk in chunks]
+        return self._calls.launch("step", args, "step", shared_args=True)
+
+    def _wait_step(self, call: Call, timeout: float | None) -> Batch:
+        """The batch of `call`, a step of every env; pending again after a `TimeoutError`."""
+        deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
+        hot = self._hot
         try:
+            batch = None if hot is None else hot.step_wait(call, deadline)
+            if batch is not None:
+                return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: batch)
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
             self._state.keep_pending(call)
@@ -232,8 +249,11 @@ class Engine(FirstReadyVerbs):
             self._attach_results(error, call)
             raise
         if self._store is None:
-            return Batch(None, None, None, None, None, rows=self._calls.spread(replies))
-        return self._assemble(replies, [None] * len(replies))
+            rows = self._calls.spread(replies)
+            make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
+        else:
+            make = lambda: self._assemble(replies, [None] * len(replies))  # noqa: E731
+        return hand_out(self._state, self._pool.lost_episodes, (), None, make)
 
     def step_envs(self, actions: Any, env_ids: Sequence[int], *, label: str = "step") -> Batch:
         """Step exactly the envs `env_ids` (row i of `actions` for env ``env_ids[i]``) and wait.
@@ -247,12 +267,14 @@ class Engine(FirstReadyVerbs):
             batch layout, `Batch.rows` holds a result per env (None for the others).
         """
         self._state.check_idle(label)
+        lost_episodes = self._pool.lost_episodes
         if self._store is None:
             per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
             for env, action in zip(env_ids, actions, strict=True):
                 per_env[env] = (action,)
             rows = self._calls.apply("step", per_env, None, label)
-            return Batch(None, None, None, None, None, rows=rows)
+            make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
+            return hand_out(self._state, lost_episodes, (), env_ids, make)
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
         hot = self._hot
@@ -260,14 +282,15 @@ class Engine(FirstReadyVerbs):
         if hot is not None and call is not None:  # whole workers' envs, each worker rung
             batch = hot.step_envs(call, ids, deadline)
             if batch is not None:
-                return batch
+                return hand_out(self._state, lost_episodes, (), ids, lambda: batch)
             positions: list[Any] = [None] * len(self._pool.workers)
         else:
             args, envs = self._split(actions, env_ids)
             call = self._calls.launch("step", args, label, envs, shared_args=True)
             positions = [None if a is None else a[1] for a in args]
         replies = self._calls.wait(call, deadline=deadline)
-        return self._assemble(replies, positions, ids, ids)
+        make = lambda: self._assemble(replies, positions, ids, ids)  # noqa: E731
+        return hand_out(self._state, lost_episodes, (), ids, make)
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(

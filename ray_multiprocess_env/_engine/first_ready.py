@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState
+from ray_multiprocess_env._engine.call_state import Call, CallState, hand_out
 from ray_multiprocess_env._engine.calls import (
     Calls,
     options_of_env,
@@ -24,6 +24,7 @@ from ray_multiprocess_env._engine.calls import (
     ticket_positions,
 )
 from ray_multiprocess_env._engine.hot_path import HotPath
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
 from ray_multiprocess_env._engine.splits import Split, split_per_worker
@@ -72,17 +73,20 @@ class FirstReadyVerbs:
         if self._workers_here:
             driver_threads.fit_torch()  # (as `Engine.reset`)
         seeds = self._pool.seeds.for_reset(seeds, range(self.spec.num_envs))
-        if self._store is None:
-            kwargs = [reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)]
-            call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
-        else:
-            args: list[tuple[Any, ...] | None] = []
-            for worker in self._pool.workers:
-                span = slice(worker.envs.start, worker.envs.stop)
-                args.append((seeds[span], options_of_worker(options, span), None))
-            call = self._calls.launch("reset", args, "async_reset")
-            self._store.ready[:] = True
-        self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+        with deferred_interrupts():  # sent and in flight, or neither
+            if self._store is None:
+                kwargs = [
+                    reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)
+                ]
+                call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
+            else:
+                args: list[tuple[Any, ...] | None] = []
+                for worker in self._pool.workers:
+                    span = slice(worker.envs.start, worker.envs.stop)
+                    args.append((seeds[span], options_of_worker(options, span), None))
+                call = self._calls.launch("reset", args, "async_reset")
+                self._store.ready[:] = True
+            self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""
@@ -95,14 +99,20 @@ class FirstReadyVerbs:
             per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
             for env, action in zip(env_ids, actions, strict=True):
                 per_env[env] = (action,)
-            call = self._calls.launch_apply("step", per_env, None, "send")
         else:
             args, envs = self._split(actions, env_ids)
-            call = self._calls.launch("step", args, "send", envs, shared_args=True)
-        self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
+        with deferred_interrupts():  # sent and in flight, or neither
+            if self._store is None:
+                call = self._calls.launch_apply("step", per_env, None, "send")
+            else:
+                call = self._calls.launch("step", args, "send", envs, shared_args=True)
+            self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
 
     def recv(self, batch_size: int | None = None, timeout: float | None = None) -> Batch:
         """The results of the first envs to finish what `send`/`async_reset` started.
+
+        A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
+        lost worker's (whose envs report their lost episodes at their next step).
 
         Raises:
             TimeoutError: Names the envs still out; they stay in flight.
@@ -117,6 +127,7 @@ class FirstReadyVerbs:
             if batch is not None:
                 return batch
         done = self._first(min_envs, timeout, deadline)
+        tickets = [ticket for ticket, _, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
             received = []
             for ticket, kind, values in done:
@@ -126,24 +137,34 @@ class FirstReadyVerbs:
                     received.append((env, reset_as_step(value) if kind == "reset" else value))
             received.sort(key=lambda item: item[0])
             ids = np.array([env for env, _ in received], dtype=np.int64)
-            return Batch(None, None, None, None, None, ids, rows=[r for _, r in received])
+            rows = [r for _, r in received]
+            make = lambda: Batch(None, None, None, None, None, ids, rows=rows)  # noqa: E731
+            return hand_out(self._state, self._pool.lost_episodes, tickets, ids, make)
         workers = self._pool.workers
         ids = np.array(sorted(e for ticket, _, _ in done for e in ticket.envs), dtype=np.int64)
         answered = [
             (workers[t.worker].envs.start, value, ticket_positions(t)) for t, _, value in done
         ]
         every_row = all(t.handle is not _PARTIAL for t, _, _ in done)
-        return self._collect(answered, ids, ids, every_row)
+        return hand_out(
+            self._state,
+            self._pool.lost_episodes,
+            tickets,
+            ids,
+            lambda: self._collect(answered, ids, ids, every_row),
+        )
 
     def _first(
         self, min_envs: int, timeout: float | None, deadline: float | None
     ) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
 
-        Everything already finished is included. `deadline`: the call's, unless a first call
-        of the user's own actors gives it longer.
+        Everything already finished is included; the tickets stay in flight (`recv` takes
+        them out as it hands their results out). `deadline`: the call's, unless a first call
+        of the user's own actors gives it longer. A lost worker is restarted here.
         """
-        tickets = [ticket for ticket, _ in self._state.in_flight]
+        in_flight = list(self._state.in_flight)
+        tickets = [ticket for ticket, _ in in_flight]
         seconds = self._pool.options.timeout if timeout is None else timeout
         seconds, deadline = self._pool.deadline_for(tickets, seconds, deadline)
         progress = -1
@@ -162,15 +183,18 @@ class FirstReadyVerbs:
                 )
             progress = settled
             wait_tickets(tickets, deadline, settled + 1)
-        done = self._state.take_done()
+        done = [(ticket, kind) for ticket, kind in in_flight if ticket.outcome is not None]
+        call = Call("step", "recv", [t for t, _ in done])
+        ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
         try:
-            call = Call("step", "recv", [t for t, _ in done])
-            ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
             values = self._calls.judge(call, seconds, False, deadline=ends)
-        except BaseException:  # (an env error, Ctrl-C in a restart) the good answers wait for
-            # the next `recv`
-            good = [(t, kind) for t, kind in done if t.outcome is not None and t.outcome.ok]
-            self._state.put_in_flight(good + _siblings(done))
+        except BaseException:  # (an env error, or Ctrl-C in a restart) the envs that raised
+            # or were lost leave flight (a lost worker's report stays owed); the others'
+            # answers wait for the next `recv`
+            failed = [t for t, _ in done if t.outcome is None or not t.outcome.ok]
+            with deferred_interrupts():
+                self._state.take(failed)
+                self._state.put_in_flight(_siblings([d for d in done if d[0] in failed]))
             raise
         return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]
 

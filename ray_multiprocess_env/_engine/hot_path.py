@@ -19,7 +19,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from ray_multiprocess_env._engine.call_state import Call, CallState, State
+from ray_multiprocess_env._engine.call_state import Call, CallState, State, hand_out
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
@@ -83,8 +83,8 @@ class HotPath:
         tickets: the call is given up, as `Calls.launch`'s.
         """
         transports = self._hot_transports()
-        if transports is None or type(actions) is not np.ndarray:
-            return None
+        if transports is None or type(actions) is not np.ndarray or self._pool.lost_episodes.any:
+            return None  # (owed reports: the slow path has them sent again first)
         chunks = []
         for worker, row in runs:
             chunk = actions[row : row + len(self._lists[worker])]
@@ -139,34 +139,19 @@ class HotPath:
         return parts, old_api
 
     # -- the full step, and a step of some workers' envs ------------------------------------------
-    def step_async(self, actions: Any) -> bool:
-        """`Engine.step_async` with every worker rung; False: the slow path's to do."""
-        if self._state.state is not State.IDLE:
-            return False
+    def launch_step(self, actions: Any, label: str) -> Call | None:
+        """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""
         tickets = self._ring(actions, self._every_worker)
-        if tickets is None:
-            return False
-        self._state.begin_step(Call("step", "step", tickets))
-        return True
+        return None if tickets is None else Call("step", label, tickets)
 
-    def step_wait(self, deadline: float | None) -> Batch | None:
-        """`Engine.step_wait` once every worker answered well; None: the slow path's to do.
+    def step_wait(self, call: Call, deadline: float | None) -> Batch | None:
+        """The batch of `call` (a step of every env) once every worker answered well.
 
-        None (the step still pending) when the wait reaches `deadline`, or when anything
-        about the pending step or its answers is not the hot path's. A Ctrl-C gives it up.
+        None when the wait reaches `deadline`, or when anything about the call or its answers
+        is not the hot path's: the slow path's to wait for and judge. A Ctrl-C gives it up.
         """
-        call = self._state.pending
-        if call is None:
-            return None
-        try:
-            answers = self._answers(call.tickets, deadline)
-        except BaseException:
-            self._state.take_pending()
-            raise
-        if answers is None:
-            return None
-        self._state.take_pending()
-        return self._store.batch(*answers)
+        answers = self._answers(call.tickets, deadline)
+        return None if answers is None else self._store.batch(*answers)
 
     def launch_envs(self, actions: Any, env_ids: Any, label: str) -> Call | None:
         """`Engine.step_envs`'s call, if its envs are whole workers' (None: not sent)."""
@@ -198,17 +183,19 @@ class HotPath:
                 envs = lists[worker]
                 if busy[envs[0] : envs[-1] + 1].any():
                     return False
-        tickets = self._ring(actions, runs)
-        if tickets is None:
-            return False
-        self._state.put_in_flight((ticket, "step") for ticket in tickets)
+        with deferred_interrupts():  # rung and in flight, or neither
+            tickets = self._ring(actions, runs)
+            if tickets is None:
+                return False
+            self._state.put_in_flight((ticket, "step") for ticket in tickets)
         return True
 
     def recv(self, min_envs: int, deadline: float | None) -> Batch | None:
         """`FirstReadyVerbs.recv` once `min_envs` envs are in; None: the slow path's to do.
 
         None (nothing taken out of flight) when the wait reaches `deadline`, or when anything
-        in flight or in what came back is not the hot path's.
+        in flight or in what came back is not the hot path's. A Ctrl-C while the results are
+        taken out of flight puts them back.
         """
         tickets = []
         for ticket, kind in self._state.in_flight:
@@ -221,10 +208,10 @@ class HotPath:
         answers = self._parts(done)
         if answers is None:
             return None
-        self._state.take_done()
         # (the envs each ticket ran: a slow path's `send` may have sent some of a worker's)
         ids = np.array(sorted(env for ticket in done for env in ticket.envs), dtype=np.int64)
-        return self._store.rows_of(ids, *answers)
+        return hand_out(self._state, self._pool.lost_episodes, done, ids,
+                        lambda: self._store.rows_of(ids, *answers))  # fmt: skip
 
     def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
         """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).

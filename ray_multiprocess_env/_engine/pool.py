@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.options import MIN_START_S, Options
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.base import Ticket, Transport, deadline_in
@@ -104,6 +105,7 @@ class Pool:
         self._env_fns = list(env_fns) if env_fns is not None else None
         self.num_envs = workers[-1].envs.stop if workers else len(env_fns or ())
         self.seeds = SeedBook(self.num_envs)
+        self.lost_episodes = LostEpisodes(self.num_envs)  # reports owed after restarts
         self._restarts: dict[int, int] = {}  # how many times each worker was restarted
         self.unstarted: set[int] = set()  # workers not known to be up (the user's actors)
         self.shared: SharedBatch | None = None  # the batch in shared memory, once made
@@ -194,6 +196,7 @@ class Pool:
         logger.warning(
             "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
         )
+        self.lost_episodes.owe(worker.envs)  # (until a step hands the reports over)
         self.launcher.kill(worker, wait_gone=self.shared is not None)
         seeds = self.seeds.for_restart(worker.envs)
         worker.generation += 1

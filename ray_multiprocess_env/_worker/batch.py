@@ -7,7 +7,9 @@ them per env. An env that raises keeps its state and the others go on; the failu
 raised together afterwards with the reply of the others, unless the env is to be rebuilt
 (``on_env_error="restart"``): then it is built again from its factory and reset, and its
 episode is reported as truncated with ``info["env_error"]``. A worker that replaced a lost one
-reports each lost episode at that env's next step.
+reports each lost episode at that env's next step. A report stays with the env after it is sent
+(`WorkerBatch.reported`): if the call that carried it never reached the user (another env's
+error, an interrupt, a restart that failed), the driver has it sent again (`WorkerBatch.rearm`).
 
 A plain class, not the actor: Ray wraps every method of an actor class for tracing, which
 would cost a little on each env of each step. This module imports nothing of the driver side.
@@ -79,7 +81,10 @@ class WorkerBatch:
         self.batcher = InfoBatcher()
         self._env_infos: dict[int, dict[str, Any]] = {}
         self._autoreset = [False] * len(envs)
-        self.lost: list[Any] = [None] * len(envs)  # (obs, info, old_api) of a lost episode
+        # (obs, reset info, old_api, why) of a lost episode, until it is reported; then kept in
+        # `reported` until the env is reset (the driver may ask for it again: `rearm`)
+        self.lost: list[Any] = [None] * len(envs)
+        self.reported: list[Any] = [None] * len(envs)
         self._action_space: Any = getattr(envs[0], "action_space", None)
         self._action_batches: dict[int, Any] = {}
 
@@ -87,10 +92,26 @@ class WorkerBatch:
         """These envs replace envs whose worker was lost: reset them now with `seeds`."""
         for k, env in enumerate(self.envs):
             obs, info, old_api = reset_env(env, seeds[k])
-            self.lost[k] = (obs, info, old_api)
+            self.lost[k] = (obs, info, old_api, {"env_crashed": True})
             self.rows.write_obs(k, obs)
             if self._rebuild is not None and seeds[k] is not None:
                 self._rebuild.seeds[k] = seeds[k]
+
+    def rearm(self, positions: Sequence[int]) -> None:
+        """Report again the lost episodes of the envs at `positions` that were reported.
+
+        The driver asks this when the call that carried a report did not reach the user; an
+        env reset since has no report to give (nor one still to send: it is kept).
+        """
+        for k in positions:
+            if self.lost[k] is None and self.reported[k] is not None:
+                self.lost[k] = self.reported[k]
+
+    def take_lost(self, k: int) -> tuple[Any, dict[str, Any], bool, dict[str, Any]]:
+        """Env `k`'s lost episode, reported now (and kept in `reported`)."""
+        report = self.reported[k] = self.lost[k]
+        self.lost[k] = None
+        return report  # type: ignore[no-any-return]
 
     def note_seed(self, k: int, seed: Any) -> None:
         """Env `k` was seeded with `seed` by its own ``seed`` method (old gym): rebuilds use it."""
@@ -113,7 +134,7 @@ class WorkerBatch:
         failures, old_api, rows = [], False, self.rows
         for k in range(len(self.envs)) if positions is None else positions:
             rows.terminations[k] = rows.truncations[k] = self._autoreset[k] = False
-            rows.rewards[k], self.lost[k] = 0.0, None
+            rows.rewards[k], self.lost[k], self.reported[k] = 0.0, None, None
             env_options = options if options is None or isinstance(options, dict) else options[k]
             if self._rebuild is not None and seeds[k] is not None:
                 self._rebuild.seeds[k] = seeds[k]
@@ -154,8 +175,9 @@ class WorkerBatch:
                 if rebuilt is None:
                     failures.append(self.failure(k, reported))
                     continue
-                self.lost[k] = rebuilt  # reported now, as an episode lost with its worker
-                old_api |= self._report_lost(k, {"env_error": rebuilt[1].pop("env_error")})
+                obs, info, old = rebuilt  # reported now, as an episode lost with its worker
+                self.lost[k] = (obs, info, old, {"env_error": info.pop("env_error")})
+                old_api |= self._report_lost(k)
         return self._reply("step", positions, old_api, failures)
 
     def _step_one(self, k: int, action: Any) -> bool:
@@ -182,16 +204,14 @@ class WorkerBatch:
         self._add_info(k, info)
         return old_api
 
-    def _report_lost(self, k: int, why: dict[str, Any] | None = None) -> bool:
+    def _report_lost(self, k: int) -> bool:
         """Report env `k`'s lost episode as truncated (reward 0), its new first observation.
 
-        `why` is the info that says why (``env_crashed``: its worker was lost, the default;
-        ``env_error``: it raised and was rebuilt). Old gym (pfrl): not done, with
-        ``info["needs_reset"]``.
+        Its info says why (``env_crashed``: its worker was lost; ``env_error``: it raised and
+        was rebuilt). Old gym (pfrl): not done, with ``info["needs_reset"]``.
         """
-        why = why or {"env_crashed": True}
-        obs, reset_info, old_api = self.lost[k]
-        self.lost[k], rows = None, self.rows
+        obs, reset_info, old_api, why = self.take_lost(k)
+        rows = self.rows
         rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, True
         self._autoreset[k] = self._next_step
         rows.write_obs(k, obs)

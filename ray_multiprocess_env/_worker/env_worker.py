@@ -141,6 +141,10 @@ class EnvWorker:
         """Step the envs (those at `positions` only, if given) with gymnasium's autoreset."""
         return self._batch.step(actions, positions)
 
+    def _op_rearm(self, positions: Sequence[int]) -> None:
+        """Report again the lost episodes of the envs at `positions` (`WorkerBatch.rearm`)."""
+        self._batch.rearm(positions)
+
     def _op_share(self, spec: dict[str, Any], start: int, stop: int) -> None:
         """Use rows ``start..stop-1`` of the driver's shared arrays (`shared_layout`).
 
@@ -177,10 +181,9 @@ class EnvWorker:
         ):
             if args is None:
                 continue
-            lost = self._batch.lost
-            if method == "step" and lost[k] is not None:
-                obs, info, old_api = lost[k]
-                results[k], lost[k] = crashed_step(obs if old_api else (obs, info)), None
+            if method == "step" and self._batch.lost[k] is not None:
+                obs, info, old_api, _ = self._batch.take_lost(k)
+                results[k] = crashed_step(obs if old_api else (obs, info))
                 continue
             try:
                 function = _ATTRIBUTE_METHODS.get(method)
@@ -192,7 +195,7 @@ class EnvWorker:
                 failures.append(self._batch.failure(k, err))
                 continue
             if method == "reset":
-                self._batch.lost[k] = None
+                self._batch.lost[k] = self._batch.reported[k] = None
             elif method == "seed":
                 self._batch.note_seed(k, args[0] if args else kwargs.get("seed"))
         if failures:  # a step's or reset's other results: first-ready `recv` returns them

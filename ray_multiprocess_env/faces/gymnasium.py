@@ -143,26 +143,30 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns:
             Batched observations, rewards (float64), terminations, truncations and infos.
         """
-        self._step_async(actions, "step")
-        return self.step_wait()
+        self._check_step(actions)
+        return self._finish(lambda: self._engine.step(actions))
 
     def step_async(self, actions: Any) -> None:
         """Send the batched `actions` and return at once; `step_wait` collects the results."""
-        self._step_async(actions, "step_async")
+        self._check_step(actions)
+        self._engine.step_async(actions)
 
-    def _step_async(self, actions: Any, label: str) -> None:
+    def _check_step(self, actions: Any) -> None:
         check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
         self._check_not_finished(range(self.num_envs))
         self._check_in_space(actions, list(range(self.num_envs)))
-        self._engine.step_async(actions, label=label)
 
     def step_wait(self, timeout: float | None = None) -> StepReturn:
         """Wait for the results of `step_async` and return them as `step` does.
 
         On a `TimeoutError` the step stays pending: call `step_wait` again to wait longer.
         """
+        return self._finish(lambda: self._engine.step_wait(timeout))
+
+    def _finish(self, wait: Callable[[], Batch]) -> StepReturn:
+        """A step's results from `wait`; a failed step's error carries them if all answered."""
         try:
-            batch = self._engine.step_wait(timeout)
+            batch = wait()
         except RemoteEnvError as error:
             if error._batch is not None:  # every worker answered: what the step gave
                 error.results = self._results(error._batch)

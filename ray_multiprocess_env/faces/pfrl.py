@@ -118,17 +118,16 @@ class RayVectorEnv:
             ``(obs, rewards, dones, infos)``; each a tuple with one entry per env. An env whose
             ``step`` returns a non-tuple gives a tuple of those results.
         """
-        self._step_async(actions, "step")
-        return self.step_wait()
+        return self._results(self._engine.step(self._action_batch(actions)))
 
     def step_async(self, actions: Sequence[Any]) -> None:
         """Send one action per env and return at once; `step_wait` collects the results."""
-        self._step_async(actions, "step_async")
+        self._engine.step_async(self._action_batch(actions))
 
-    def _step_async(self, actions: Sequence[Any], label: str) -> None:
+    def _action_batch(self, actions: Sequence[Any]) -> Any:
         check_length("actions", actions, self.num_envs, "one action per env")
         self._check_in_space(actions, range(self.num_envs))
-        self._engine.step_async(pfrl_results.action_batch(actions, self._engine.spec), label=label)
+        return pfrl_results.action_batch(actions, self._engine.spec)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the results of `step_async` and return them as `step` does.
@@ -137,7 +136,9 @@ class RayVectorEnv:
             timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry the
                 `TimeoutError` leaves the call pending: call `step_wait` again to wait longer.
         """
-        batch = self._engine.step_wait(timeout)
+        return self._results(self._engine.step_wait(timeout))
+
+    def _results(self, batch: Batch) -> tuple[Any, ...]:
         fields = self._fields(batch)
         self._last_obs[:] = pfrl_results.observations(batch, fields)
         return fields

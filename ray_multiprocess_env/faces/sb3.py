@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 
-from ray_multiprocess_env._engine import Engine, Options
+from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import check_base_seed, check_seed_list
 from ray_multiprocess_env.batch import check_rows, copy_batch, stack
 from ray_multiprocess_env.env_factories import made_from
@@ -107,8 +107,15 @@ class SB3VecEnv(VecEnv):
         self._reset_options()
         return self._observations(batch.observations)
 
+    def step(self, actions: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Step every env: `step_async` and `step_wait` as one call, which a Ctrl-C gives up."""
+        return self._results(self._engine.step(self._action_batch(actions)))
+
     def step_async(self, actions: np.ndarray) -> None:
         """Send the actions to the workers; `step_wait` collects the results."""
+        self._engine.step_async(self._action_batch(actions))
+
+    def _action_batch(self, actions: np.ndarray) -> Any:
         # SB3 indexes actions by env: for a Dict or Tuple space, a list of one action per env,
         # stacked here into a batch of the space's dtypes
         per_env = isinstance(self.action_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -127,11 +134,13 @@ class SB3VecEnv(VecEnv):
                     f"{self.action_space} ({type(err).__name__}: {err}); pass one action of "
                     "that space per env (nothing was sent)."
                 ) from err
-        self._engine.step_async(actions)
+        return actions
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Wait for the step; finished envs are reset in the same step."""
-        batch = self._engine.step_wait()
+        return self._results(self._engine.step_wait())
+
+    def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         rewards, terminations, truncations = batch.arrays()
         dones = terminations | truncations
         time_limits = (truncations & ~terminations).tolist()

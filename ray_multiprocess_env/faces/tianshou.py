@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["TianshouVectorEnv"]
 
 _SPACES = ("action_space", "observation_space")
+_DERIVED = "`{}` follows the calls in flight and cannot be set; `step(None)` collects them."
 
 
 class TianshouVectorEnv(BaseVectorEnv):
@@ -115,8 +116,6 @@ class TianshouVectorEnv(BaseVectorEnv):
         self.wait_num = wait_num or self.env_num
         self.wait_timeout = wait_timeout
         self.is_async = self.wait_num != self.env_num or wait_timeout is not None
-        self.waiting_id: list[int] = []  # sent, not yet returned by `step`
-        self.ready_id = list(range(self.env_num))  # the others
         self.is_closed = False
         self._spaces: dict[str, list[Any]] = {}
         if seed is not None:
@@ -196,19 +195,28 @@ class TianshouVectorEnv(BaseVectorEnv):
                 batch = self._engine.step_envs(self._action_batch(action), ids)
                 return step_result(batch, ids, self._engine.spec)
             self._engine.send(self._action_batch(action), ids)
-            self.waiting_id += ids
-            self.ready_id = [env for env in self.ready_id if env not in set(ids)]
-        try:
-            batch = self._recv_first()
-        except BaseException:  # envs whose call failed or was given up on are no longer out
-            self._settle_waiting()
-            raise
+        batch = self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
         assert batch.env_ids is not None
-        returned = batch.env_ids.tolist()
-        done = set(returned)
-        self.waiting_id = [env for env in self.waiting_id if env not in done]
-        self.ready_id += returned
-        return step_result(batch, ids if not self.is_async else returned, self._engine.spec)
+        return step_result(batch, batch.env_ids.tolist(), self._engine.spec)
+
+    @property
+    def waiting_id(self) -> list[int]:
+        """The envs sent to and not yet returned by `step` (the engine's calls in flight)."""
+        return self._engine.busy_envs()
+
+    @waiting_id.setter
+    def waiting_id(self, value: list[int]) -> None:
+        raise AttributeError(_DERIVED.format("waiting_id"))
+
+    @property
+    def ready_id(self) -> list[int]:
+        """The envs not waiting in `step`."""
+        waiting = set(self._engine.busy_envs())
+        return [env for env in range(self.env_num) if env not in waiting]
+
+    @ready_id.setter
+    def ready_id(self, value: list[int]) -> None:
+        raise AttributeError(_DERIVED.format("ready_id"))
 
     def seed(
         self, seed: int | np.random.SeedSequence | Sequence[int | None] | None = None
@@ -261,7 +269,7 @@ class TianshouVectorEnv(BaseVectorEnv):
     def close(self) -> None:
         """Close every env and kill the workers (within `timeout`, 30 s if None); idempotent."""
         self._engine.close()
-        self.waiting_id, self.is_closed = [], True
+        self.is_closed = True
 
     # -- more ------------------------------------------------------------------------------------
     @property
@@ -287,13 +295,6 @@ class TianshouVectorEnv(BaseVectorEnv):
         if isinstance(ids, np.ndarray):
             ids = ids.tolist()
         return check_env_ids(ids, self.env_num, argument)
-
-    def _settle_waiting(self) -> None:
-        """After a failed or interrupted `step`: the envs no longer out are ready again."""
-        out = set(self._engine.busy_envs())
-        back = [env for env in self.waiting_id if env not in out]
-        self.waiting_id = [env for env in self.waiting_id if env in out]
-        self.ready_id += back
 
     def _recv_first(self) -> Batch:
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""

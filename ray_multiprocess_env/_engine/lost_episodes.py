@@ -1,0 +1,82 @@
+"""Lost-episode reports the driver still owes the user, until a call hands them over.
+
+When a worker is lost and restarted, each of its envs reports its lost episode as truncated
+(``info["env_crashed"]``) at its next step. That report belongs to the env, not to the call
+that first carried it: the call may still fail for another env's error, be interrupted, or see
+another restart fail, and then the report never reaches the user. So the pool marks every env
+of a restarted worker as owed (`LostEpisodes.owe`); a verb that returns an env's step (or
+resets it) settles it (`LostEpisodes.deliver`); and until then every step sent to an owed
+env is preceded by a ``rearm`` operation, on which the worker restores a report it already sent
+(`WorkerBatch.rearm`). A worker runs its operations in order, so the step that follows reports
+the lost episode again, never an env stepped past it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ray_multiprocess_env._engine.transports.base import Ticket, Transport
+
+__all__ = ["LostEpisodes"]
+
+
+class LostEpisodes:
+    """Which of `num_envs` envs still owe the user a lost-episode report (module docstring)."""
+
+    __slots__ = ("_owed", "any")
+
+    def __init__(self, num_envs: int) -> None:
+        self._owed = np.zeros(num_envs, dtype=np.bool_)
+        self.any = False  # whether any env is owed (read on the hot path: one attribute)
+
+    def owe(self, envs: range) -> None:
+        """The envs `envs` lost their episodes (their worker is being replaced)."""
+        self._owed[envs.start : envs.stop] = True
+        self.any = True
+
+    def deliver(self, envs: Iterable[int] | None = None) -> np.ndarray | None:
+        """A verb hands the user these envs' steps or resets (None: every env's).
+
+        Returns what `restore` needs to undo it (None: nothing was owed).
+        """
+        if not self.any:
+            return None
+        owed = self._owed
+        before: np.ndarray = owed.copy()
+        if envs is None:
+            owed[:] = False
+        else:
+            owed[np.fromiter(envs, dtype=np.int64)] = False
+        self.any = bool(owed.any())
+        return before
+
+    def restore(self, before: np.ndarray | None) -> None:
+        """Undo a `deliver` (its result) whose call did not reach the user after all."""
+        if before is not None:
+            self._owed[:] = before
+            self.any = bool(before.any())
+
+    def is_owed(self, env: int) -> bool:
+        """Whether env `env` still owes its report."""
+        return bool(self._owed[env])
+
+    def rearm(self, transport: Transport, ticket: Ticket, first_env: int) -> None:
+        """Before `ticket` (a step), have its worker report again what its envs still owe.
+
+        `first_env` is the worker's first env. Nothing is sent when none of them is owed.
+        """
+        if not self.any or not _steps(ticket):
+            return
+        owed = self._owed
+        positions = [env - first_env for env in ticket.envs if owed[env]]
+        if positions:
+            rearm = Ticket(ticket.worker, ticket.generation, "rearm", (positions,), ticket.envs)
+            transport.submit(rearm)
+            transport.forget(rearm)  # (its reply, None, is of no interest)
+
+
+def _steps(ticket: Ticket) -> bool:
+    """Whether `ticket` steps envs (a batched ``step``, or ``step`` on each env)."""
+    return ticket.op == "step" or (ticket.op == "apply" and ticket.args[0] == "step")
