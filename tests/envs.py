@@ -18,6 +18,7 @@ import numpy as np
 import ray
 
 from ray_multiprocess_env import GymAPIBridge
+from tests.interrupts import wait_at_gate
 
 
 class GymHolder:
@@ -35,7 +36,10 @@ class BridgeHolder:
 
 
 class FlakyEnv(gym.Env[np.ndarray, int]):
-    """Counts steps; raises on a negative action and sleeps ``delay`` seconds per step."""
+    """Counts steps; raises on a negative action and sleeps ``delay`` seconds per step.
+
+    With ``gate`` (a `tests.interrupts.Gate`'s folder) each step waits at that gate first.
+    """
 
     observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
     action_space = gym.spaces.Discrete(3)
@@ -43,6 +47,7 @@ class FlakyEnv(gym.Env[np.ndarray, int]):
     def __init__(self) -> None:
         self.count = 0
         self.delay = 0.0
+        self.gate: str | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -56,6 +61,8 @@ class FlakyEnv(gym.Env[np.ndarray, int]):
     def step(self, action: int):
         if action < 0:
             raise ValueError(f"negative action {action}")
+        if self.gate is not None:
+            wait_at_gate(self.gate)
         time.sleep(self.delay)
         self.count += action
         return np.array([self.count], dtype=np.float32), 1.0, False, False, {}
@@ -362,6 +369,16 @@ class DyingEnv(FlakyEnv):
         if self.taken == 2:
             os._exit(1)
         return super().step(action)
+
+
+def env_failing_once_flagged(flag: str, fails: tuple[int, ...], index: int) -> DyingEnv:
+    """A `DyingEnv` (env `index`), whose factory raises while `flag` exists if `index` in `fails`.
+
+    A worker of such envs can be replaced only once the test removes `flag`.
+    """
+    if index in fails and os.path.exists(flag):
+        raise RuntimeError(f"env {index} cannot be built while {flag} exists")
+    return DyingEnv()
 
 
 class WalkEnv(gym.Env[np.ndarray, int]):

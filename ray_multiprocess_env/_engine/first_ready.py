@@ -9,8 +9,8 @@ that answered fine wait for the next `recv`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.calls import (
     reset_kwargs,
     ticket_positions,
 )
-from ray_multiprocess_env._engine.hot_path import HotPath
+from ray_multiprocess_env._engine.hot_path import HotPath, NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
@@ -35,6 +35,13 @@ from ray_multiprocess_env.compat import reset_as_step
 from ray_multiprocess_env.errors import _EnvFailures
 
 __all__ = ["FirstReadyVerbs"]
+
+T = TypeVar("T")
+
+
+def _same(batch: Batch) -> Batch:
+    return batch
+
 
 #: The handle of a ticket made of the envs that did not raise in a worker's failed call: the
 #: reply it holds also has the rows of the envs that raised (`recv` must leave them out).
@@ -108,8 +115,16 @@ class FirstReadyVerbs:
                 call = self._calls.launch("step", args, "send", envs, shared_args=True)
             self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
 
-    def recv(self, batch_size: int | None = None, timeout: float | None = None) -> Batch:
+    def recv(
+        self,
+        batch_size: int | None = None,
+        timeout: float | None = None,
+        finish: Callable[[Batch], T] = _same,  # type: ignore[assignment]
+    ) -> T:
         """The results of the first envs to finish what `send`/`async_reset` started.
+
+        `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
+        before it returns leaves the results in flight for the next `recv` (`hand_out`).
 
         A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
         lost worker's (whose envs report their lost episodes at their next step).
@@ -123,9 +138,10 @@ class FirstReadyVerbs:
         deadline = deadline_in(seconds)
         hot = self._hot
         if hot is not None:
-            batch = hot.recv(min_envs, deadline)
-            if batch is not None:
-                return batch
+            try:  # (one statement: nothing runs between the hand-out and the return)
+                return hot.recv(min_envs, deadline, finish)
+            except NotHot:
+                pass
         done = self._first(min_envs, timeout, deadline)
         tickets = [ticket for ticket, _, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
@@ -138,7 +154,7 @@ class FirstReadyVerbs:
             received.sort(key=lambda item: item[0])
             ids = np.array([env for env, _ in received], dtype=np.int64)
             rows = [r for _, r in received]
-            make = lambda: Batch(None, None, None, None, None, ids, rows=rows)  # noqa: E731
+            make = lambda: finish(Batch(None, None, None, None, None, ids, rows=rows))  # noqa: E731
             return hand_out(self._state, self._pool.lost_episodes, tickets, ids, make)
         workers = self._pool.workers
         ids = np.array(sorted(e for ticket, _, _ in done for e in ticket.envs), dtype=np.int64)
@@ -151,7 +167,7 @@ class FirstReadyVerbs:
             self._pool.lost_episodes,
             tickets,
             ids,
-            lambda: self._collect(answered, ids, ids, every_row),
+            lambda: finish(self._collect(answered, ids, ids, every_row)),
         )
 
     def _first(

@@ -15,7 +15,8 @@ here either does all of its work or hands the call to the slow path untouched (N
 from __future__ import annotations
 
 import select
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -27,7 +28,13 @@ from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import HotTransport, Ticket, remaining
 
-__all__ = ["HotPath"]
+__all__ = ["HotPath", "NotHot"]
+
+T = TypeVar("T")
+
+
+class NotHot(Exception):
+    """`HotPath.recv` hands the call to the slow path (nothing was taken out of flight)."""
 
 
 class HotPath:
@@ -190,28 +197,28 @@ class HotPath:
             self._state.put_in_flight((ticket, "step") for ticket in tickets)
         return True
 
-    def recv(self, min_envs: int, deadline: float | None) -> Batch | None:
+    def recv(self, min_envs: int, deadline: float | None, finish: Callable[[Batch], T]) -> T:
         """`FirstReadyVerbs.recv` once `min_envs` envs are in; None: the slow path's to do.
 
-        None (nothing taken out of flight) when the wait reaches `deadline`, or when anything
-        in flight or in what came back is not the hot path's. A Ctrl-C while the results are
-        taken out of flight puts them back.
+        What `finish` makes of the batch. `NotHot` (nothing taken out of flight) when the wait
+        reaches `deadline`, or when anything in flight or in what came back is not the hot
+        path's. A Ctrl-C while the results are handed out puts them back.
         """
         tickets = []
         for ticket, kind in self._state.in_flight:
             if kind != "step":
-                return None
+                raise NotHot
             tickets.append(ticket)
         if not self._waited(tickets, min_envs, deadline):
-            return None
+            raise NotHot
         done = [ticket for ticket in tickets if ticket.outcome is not None]
         answers = self._parts(done)
         if answers is None:
-            return None
+            raise NotHot
         # (the envs each ticket ran: a slow path's `send` may have sent some of a worker's)
         ids = np.array(sorted(env for ticket in done for env in ticket.envs), dtype=np.int64)
-        return hand_out(self._state, self._pool.lost_episodes, done, ids,
-                        lambda: self._store.rows_of(ids, *answers))  # fmt: skip
+        make = lambda: finish(self._store.rows_of(ids, *answers))  # noqa: E731
+        return hand_out(self._state, self._pool.lost_episodes, done, ids, make)
 
     def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
         """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).

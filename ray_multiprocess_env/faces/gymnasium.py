@@ -218,7 +218,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             ascending env order; ``infos["env_id"]`` holds their env ids (as envpool does). An
             env back from `async_reset` has reward 0 and is not done.
         """
-        batch = self._engine.recv(batch_size, timeout)
+        return self._engine.recv(batch_size, timeout, self._received)
+
+    def _received(self, batch: Batch) -> StepReturn:
         rewards, terminations, truncations = batch.arrays()
         self._finished[batch.env_ids] = terminations | truncations
         infos = batch.infos

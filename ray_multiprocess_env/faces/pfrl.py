@@ -239,7 +239,9 @@ class RayVectorEnv:
             reward 0 and not done: ``(obs, 0.0, False, False, info)`` for gymnasium envs,
             ``(obs, 0.0, False, {})`` for old-gym envs.
         """
-        batch = self._engine.recv(batch_size, timeout)
+        return self._engine.recv(batch_size, timeout, self._received)
+
+    def _received(self, batch: Batch) -> tuple[list[int], tuple[Any, ...]]:
         assert batch.env_ids is not None
         env_ids = batch.env_ids.tolist()
         fields = self._fields(batch)

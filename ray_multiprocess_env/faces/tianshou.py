@@ -195,9 +195,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 batch = self._engine.step_envs(self._action_batch(action), ids)
                 return step_result(batch, ids, self._engine.spec)
             self._engine.send(self._action_batch(action), ids)
-        batch = self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
-        assert batch.env_ids is not None
-        return step_result(batch, batch.env_ids.tolist(), self._engine.spec)
+        return self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
 
     @property
     def waiting_id(self) -> list[int]:
@@ -296,15 +294,20 @@ class TianshouVectorEnv(BaseVectorEnv):
             ids = ids.tolist()
         return check_env_ids(ids, self.env_num, argument)
 
-    def _recv_first(self) -> Batch:
+    def _recv_first(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""
         wanted = min(self.wait_num, len(self.waiting_id))
         if self.wait_timeout is None:
-            return self._engine.recv(wanted)
+            return self._engine.recv(wanted, None, self._received)
         try:
-            return self._engine.recv(wanted, self.wait_timeout)
+            return self._engine.recv(wanted, self.wait_timeout, self._received)
         except TimeoutError:  # the envs still out stay in flight
-            return self._engine.recv(1)  # what finished meanwhile, or the next to finish
+            # (what finished meanwhile, or the next to finish)
+            return self._engine.recv(1, None, self._received)
+
+    def _received(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        assert batch.env_ids is not None
+        return step_result(batch, batch.env_ids.tolist(), self._engine.spec)
 
     def _action_batch(self, actions: Any) -> Any:
         """Actions as the engine takes them: a Dict or Tuple space's stacked into a batch."""

@@ -28,7 +28,8 @@ from ray_multiprocess_env import (  # noqa: E402
     make_tianshou_vector_env,
 )
 from tests.envs import DictObsEnv, FlakyEnv, RaisingEnv, WalkEnv  # noqa: E402
-from tests.helpers import assert_loaded_on_first_use, assert_same, interrupt_after  # noqa: E402
+from tests.helpers import assert_loaded_on_first_use, assert_same  # noqa: E402
+from tests.interrupts import Gate  # noqa: E402
 
 CARTPOLE = functools.partial(gym.make, "CartPole-v1")
 
@@ -291,15 +292,17 @@ def test_a_collector_goes_on_after_an_env_raised():
         assert collector.collect(n_step=8).n_collected_steps == 8  # (env 1 raises at 10)
 
 
-def test_ctrl_c_in_a_subset_step_leaves_every_call_usable():
+def test_ctrl_c_in_a_subset_step_leaves_every_call_usable(tmp_path):
     """Ctrl-C during `step(action, id=[2, 0])`: then `reset()` and steps work."""
     envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
+    gate = Gate(str(tmp_path))
     with contextlib.closing(envs):
         envs.reset()
-        envs.set_env_attr("delay", 0.5)
-        with pytest.raises(KeyboardInterrupt), interrupt_after(0.1, signal_now=True):
-            envs.step(np.array([1, 1]), [2, 0])
-        envs.set_env_attr("delay", 0.0)  # (behind the interrupted step, which ran)
+        envs.set_env_attr("gate", str(gate))
+        with pytest.raises(KeyboardInterrupt), gate.interrupt_when_entered(2):
+            envs.step(np.array([1, 1]), [2, 0])  # (interrupted once both workers are in it)
+        gate.open()
+        envs.set_env_attr("gate", None)  # (behind the interrupted step, which ran)
         obs, _ = envs.reset()
         assert obs[:, 0].tolist() == [0.0] * 4
         assert envs.step(np.array([1, 2]), [2, 0])[0][:, 0].tolist() == [1.0, 2.0]

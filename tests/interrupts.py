@@ -1,0 +1,124 @@
+"""Ctrl-C at a chosen moment: at a chosen line of the library, or once a worker is inside a step.
+
+A real SIGINT is raised in this process when the main thread reaches the chosen line; Python
+runs its handler at the next bytecode boundary where it checks for signals, exactly as for a
+Ctrl-C typed at that moment (`deferred_interrupts` holds it back where the library asks).
+Nothing here waits a guessed number of seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dis
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import CodeType
+from typing import Any
+
+__all__ = ["Gate", "interrupt_at_line", "lines_of", "wait_at_gate"]
+
+
+def lines_of(function: Callable[..., Any]) -> list[int]:
+    """The line numbers where `function`'s body has code, in order (its ``def`` line left out)."""
+    code = function.__code__
+    lines = sorted({line for _, line in dis.findlinestarts(code) if line is not None})
+    return [line for line in lines if line > code.co_firstlineno]
+
+
+@contextlib.contextmanager
+def interrupt_at_line(function: Callable[..., Any], line: int) -> Iterator[list[bool]]:
+    """Raise SIGINT the first time the main thread runs `line` of `function` in the block.
+
+    Yields a list that holds True once the signal was raised (empty if the line never ran).
+    """
+    code: CodeType = function.__code__
+    fired: list[bool] = []
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == line and not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return local
+
+    def calls(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        yield fired
+    finally:
+        sys.settrace(previous)
+
+
+class Gate:
+    """A step that waits at a gate: the test sees it enter, then lets it through.
+
+    Give ``str(gate)`` to an env's ``gate`` attribute (`tests.envs.FlakyEnv`): its next steps
+    each create ``entered-<pid>-<n>`` in the gate's folder and then wait until ``open`` exists.
+    """
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __str__(self) -> str:
+        return self.folder
+
+    def entered(self) -> int:
+        """How many steps have entered the gate so far."""
+        return sum(name.startswith("entered-") for name in os.listdir(self.folder))
+
+    def wait_entered(self, count: int = 1, within: float = 60.0) -> None:
+        """Return once `count` steps have entered (a worker is inside its step)."""
+        ends = time.monotonic() + within
+        while self.entered() < count:
+            if time.monotonic() > ends:
+                raise AssertionError(f"no step entered the gate {self.folder} in {within} s")
+            time.sleep(0.005)
+
+    def open(self) -> None:
+        """Let every step waiting at the gate through (and every later one)."""
+        with open(os.path.join(self.folder, "open"), "w"):
+            pass
+
+    @contextlib.contextmanager
+    def interrupt_when_entered(self, count: int = 1) -> Iterator[None]:
+        """Send SIGINT to the main thread once `count` steps are inside the gate."""
+        main = threading.main_thread().ident
+        assert main is not None
+        done = threading.Event()
+
+        def interrupt() -> None:
+            self.wait_entered(count)
+            if not done.is_set():
+                signal.pthread_kill(main, signal.SIGINT)
+
+        thread = threading.Thread(target=interrupt, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=60)
+
+
+def wait_at_gate(folder: str) -> None:
+    """In an env's step: say so in `folder`, then wait until the gate opens (at most 60 s)."""
+    index = 0
+    while True:
+        try:
+            os.close(
+                os.open(
+                    os.path.join(folder, f"entered-{os.getpid()}-{index}"), os.O_CREAT | os.O_EXCL
+                )
+            )
+            break
+        except FileExistsError:
+            index += 1
+    ends = time.monotonic() + 60.0
+    while not os.path.exists(os.path.join(folder, "open")) and time.monotonic() < ends:
+        time.sleep(0.002)

@@ -1,0 +1,140 @@
+"""A Ctrl-C at any line of the code that changes the call state leaves every face usable.
+
+Each test sends a real SIGINT when the main thread reaches one chosen line (`interrupt_at_line`),
+for every line of the functions that take results out of flight, put calls in flight, or
+hand a step to the user, one line per round; after each round the next calls must work and
+every env's result must come back exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
+from ray_multiprocess_env._engine.call_state import CallState, hand_out
+from ray_multiprocess_env._engine.calls import Calls
+from ray_multiprocess_env._engine.engine import Engine
+from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
+from ray_multiprocess_env._engine.hot_path import HotPath
+from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
+from tests.envs import FlakyEnv
+from tests.interrupts import interrupt_at_line, lines_of
+
+TRANSPORTS = ["auto", "pipe", "ray"]
+
+#: Where `recv` takes results out of flight and hands them out.
+RECV_CODE: list[Callable[..., Any]] = [
+    CallState.take_done,
+    CallState._settle_state,
+    CallState.put_in_flight,
+    hand_out,
+    HotPath.recv,
+    FirstReadyVerbs.recv,
+    FirstReadyVerbs._first,
+]
+
+#: Where a face's `step` sends, waits and hands the step out.
+STEP_CODE: list[Callable[..., Any]] = [
+    GymFace.step,
+    RayVectorEnv.step,
+    Engine.step,
+    Engine._launch_step,
+    Engine._wait_step,
+    HotPath._ring,
+    Calls.launch,
+    hand_out,
+]
+
+
+def _rounds(functions: list[Callable[..., Any]]) -> list[tuple[Callable[..., Any], int]]:
+    return [(function, line) for function in functions for line in lines_of(function)]
+
+
+def _ids(infos: dict[str, Any]) -> list[int]:
+    return [int(env) for env in infos["env_id"]]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport):
+    """Ctrl-C anywhere in `recv`: every env comes back exactly once, then all verbs work."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        expected = np.zeros(4)
+        fired_in = 0
+        for function, line in _rounds(RECV_CODE):
+            envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+            expected += 1
+            received: dict[int, float] = {}
+            got, fired = None, []
+            with contextlib.suppress(KeyboardInterrupt):  # (it may land once `got` is set)
+                with interrupt_at_line(function, line) as fired:
+                    got = envs.recv()
+            if got is not None:
+                received.update(zip(_ids(got[-1]), got[0][:, 0].tolist(), strict=True))
+            fired_in += bool(fired)
+            while envs._engine.busy_envs():  # (private) what is still in flight comes back
+                obs, *_, infos = envs.recv()
+                for env, value in zip(_ids(infos), obs[:, 0].tolist(), strict=True):
+                    assert env not in received, f"env {env} came back twice ({line})"
+                    received[env] = value
+            assert received == dict(enumerate(expected.tolist())), (function, line)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+        assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == (expected + 1).tolist()
+        envs.async_reset()
+        assert sorted(_ids(envs.recv()[-1])) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("face", ["gymnasium", "pfrl"])
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_ctrl_c_at_any_line_of_step_gives_the_step_up(face, transport):
+    """Ctrl-C anywhere in `step`: the next `step` works (never "call step_wait first")."""
+    if face == "gymnasium":
+        envs: Any = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    else:
+        envs = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds(STEP_CODE):
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.step(np.ones(4, dtype=np.int64))
+            fired_in += bool(fired)
+            before = _counts(envs)
+            obs = envs.step(np.ones(4, dtype=np.int64))[0]
+            assert [float(np.asarray(o).ravel()[0]) for o in obs] == [c + 1 for c in before]
+        assert fired_in > 5
+
+
+def _counts(envs: Any) -> list[float]:
+    return [float(count) for count in envs.get_attr("count")]
+
+
+def test_ctrl_c_at_any_line_of_a_tianshou_async_step_leaves_waiting_id_true():
+    """Tianshou `wait_num`: Ctrl-C anywhere in `step` never hides an env in flight."""
+    from ray_multiprocess_env import TianshouVectorEnv
+
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, wait_num=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds([type(envs).step, FirstReadyVerbs.send]):
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.step(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+            fired_in += bool(fired)
+            assert envs.waiting_id == envs._engine.busy_envs()  # (private) what is out
+            while envs.waiting_id:  # as Tianshou's AsyncCollector.reset_env does
+                envs.step(None, id=envs.waiting_id)
+            envs.reset()  # (AsyncCollector.reset: every env)
+        assert fired_in > 5
+        *_, infos = envs.step(np.ones(2, dtype=np.int64), [1, 3])
+        assert sorted(info["env_id"] for info in infos) == [1, 3]

@@ -1,0 +1,99 @@
+"""A lost-episode report belongs to the env: it survives every error, interrupt or failed restart.
+
+A restarted worker's envs report their lost episode as truncated (``env_crashed``) at their
+next step. When the call that carried that report never reaches the user (another env raised,
+a second restart failed, Ctrl-C in the wait for the replacement), the next step reports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+from ray_multiprocess_env import GymnasiumVectorEnv, RemoteEnvError, TianshouVectorEnv
+from ray_multiprocess_env._engine.calls import Calls
+from tests.envs import DyingEnv, env_failing_once_flagged
+from tests.interrupts import interrupt_at_line
+
+ALIVE = -100  # (a `DyingEnv`'s `taken` that never reaches its death)
+
+
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_a_report_survives_another_envs_error_in_the_same_step(transport):
+    """Worker 0 dies while env 2 raises: the step raises; the next one reports envs 0 and 1."""
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart", transport=transport
+    )
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
+        with pytest.raises(RemoteEnvError, match=r"env 2 failed in `step`"):
+            envs.step(np.array([1, 1, -1, 1]))  # (env 2 raises on a negative action)
+        _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
+        assert truncated.tolist() == [True, True, False, False]
+        assert infos["env_crashed"].tolist() == [True, True, False, False]
+        _, _, _, truncated, _ = envs.step(np.array([1, 1, 1, 1]))
+        assert not truncated.any()  # reported once, then the envs step again
+
+
+def test_a_report_survives_an_env_error_in_a_tianshou_subset_step():
+    """Tianshou `step(action, id)`: the report of a worker lost beside an env error survives."""
+    envs = TianshouVectorEnv([DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("taken", ALIVE)
+        envs.set_env_attr("taken", 1, id=[1])  # worker 0 dies at env 1's next step
+        with pytest.raises(RemoteEnvError, match=r"env 3 failed in `step`"):
+            envs.step(np.array([1, -1]), [1, 3])
+        _, _, _, truncated, infos = envs.step(np.array([1, 1, 1]), [0, 1, 2])
+        assert truncated.tolist() == [True, True, False]
+        assert [bool(info.get("env_crashed")) for info in infos] == [True, True, False]
+
+
+def test_a_report_survives_a_second_restart_that_fails(tmp_path):
+    """Two workers die; the second cannot be replaced: the first's envs still report later."""
+    flag = str(tmp_path / "no-replacement")
+    fns = [functools.partial(env_failing_once_flagged, flag, (2, 3), i) for i in range(6)]
+    envs = GymnasiumVectorEnv(fns, envs_per_worker=2, on_actor_failure="restart", timeout=20)
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, ALIVE, 1, ALIVE, ALIVE, ALIVE])  # workers 0 and 1 die
+        open(flag, "w").close()  # worker 1's envs cannot be built again
+        with pytest.raises(RemoteEnvError, match=r"env 2"):
+            envs.step(np.ones(6, dtype=np.int64))
+        os.remove(flag)
+        _, _, _, truncated, infos = envs.step(np.ones(6, dtype=np.int64))
+        assert truncated.tolist() == [True, True, True, True, False, False]
+        assert infos["env_crashed"].tolist() == [True, True, True, True, False, False]
+
+
+def _line_of(function, text: str) -> int:
+    """The first line of `function` whose source holds `text`."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(k for k, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "moment",
+    ["retries.append(retry)", "wait_tickets(retries", "failed: list[Ticket] = []", "if failed:"],
+)
+def test_a_report_survives_ctrl_c_while_the_replacement_answers(moment):
+    """Ctrl-C in the restart (the replacement's report sent, or not yet): the next step has it."""
+    envs = GymnasiumVectorEnv([DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
+        fired = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_at_line(Calls._replace, _line_of(Calls._replace, moment)) as fired:
+                envs.step(np.array([1, 1, 1, 1]))
+        assert fired
+        _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
+        assert truncated.tolist() == [True, True, False, False]
+        assert infos["env_crashed"].tolist() == [True, True, False, False]
