@@ -89,24 +89,26 @@ def env_factories(
     wrappers: Any = None,
     *,
     cpus: Callable[[], int],
-) -> tuple[list[EnvBuilder], int]:
-    """One `EnvBuilder` per env and the envs per worker, from the one-line convention.
+) -> tuple[list[EnvBuilder], tuple[int, ...]]:
+    """One `EnvBuilder` per env and how many envs each worker holds, from the convention.
 
     Args:
         env: A gymnasium id (``"CartPole-v1"``) or a factory taking no argument or the env
             index (see `takes_index`).
         num_envs: How many envs in all.
-        num_workers: How many worker actors.
-        envs_per_worker: How many envs each worker holds (the last may hold fewer). Give any
-            two of the three counts, or `num_envs` alone (the workers are then
-            ``min(num_envs, cpus())``).
+        num_workers: How many worker actors: exactly that many, the envs spread as evenly as
+            possible (the first workers hold one more: 6 envs in 4 workers are 2, 2, 1, 1).
+        envs_per_worker: How many envs each worker holds, at most (the last workers may hold
+            fewer). Give any two of the three counts, or `num_envs` alone (the workers are
+            then ``min(num_envs, cpus())``; see `_counts`).
         env_kwargs: Keyword arguments of ``gym.make`` (with an id only).
         wrappers: Callables applied in order to each env in its worker.
         cpus: How many CPUs the workers may use (asked only when needed).
 
     Raises:
         TypeError: A bad `env`, `env_kwargs` or `wrappers`, naming it and the fix.
-        ValueError: Missing, non-positive or inconsistent counts, naming which.
+        ValueError: Missing, non-positive or inconsistent counts, or more workers than envs,
+            naming which.
     """
     if isinstance(env, str):
         try:
@@ -129,9 +131,9 @@ def env_factories(
             "arguments with `functools.partial` instead."
         )
     wrappers = check_wrappers(wrappers)
-    total, per_worker = _counts(num_envs, num_workers, envs_per_worker, cpus)
-    builders = [EnvBuilder(env, i, env_kwargs or {}, wrappers) for i in range(total)]
-    return builders, per_worker
+    layout = _counts(num_envs, num_workers, envs_per_worker, cpus)
+    builders = [EnvBuilder(env, i, env_kwargs or {}, wrappers) for i in range(sum(layout))]
+    return builders, layout
 
 
 def check_wrappers(wrappers: Any) -> list[Callable[[Any], Any]]:
@@ -147,10 +149,19 @@ def check_wrappers(wrappers: Any) -> list[Callable[[Any], Any]]:
 
 def _counts(
     num_envs: Any, num_workers: Any, envs_per_worker: Any, cpus: Callable[[], int]
-) -> tuple[int, int]:
-    """``(num_envs, envs_per_worker)`` from any two counts, or `num_envs` alone."""
+) -> tuple[int, ...]:
+    """How many envs each worker holds, in env order, from any two counts or `num_envs` alone.
+
+    `num_workers` gives exactly that many workers, the envs spread evenly (`_spread`); with
+    `envs_per_worker` as well, workers of that many envs if they make `num_workers`, the last
+    holding fewer. `envs_per_worker` without `num_workers`: workers of that many envs, the
+    last holding fewer. `num_envs` alone: workers of ``ceil(num_envs / w)`` envs for the
+    ``w = min(num_envs, cpus())`` workers, or the envs spread over `w` workers where those
+    would be fewer (9 envs on 6 CPUs: 2, 2, 2, 1, 1, 1, not 2, 2, 2, 2, 1).
+    """
     # (imported here: a worker unpickling an `EnvBuilder` imports this module, not the engine)
     from ray_multiprocess_env._engine.options import check_positive_int
+    from ray_multiprocess_env._engine.pool import worker_layout
 
     given = {
         name: check_positive_int(name, value)
@@ -168,17 +179,37 @@ def _counts(
                 "give `num_envs` (the workers then default to the CPUs Ray offers), or two of "
                 f"`num_envs`, `num_workers` and `envs_per_worker`; got {given or 'none'}."
             )
-        return w * k, k
-    if k is None:
-        w = w if w is not None else max(1, min(n, cpus()))
-        return n, math.ceil(n / w)
-    if w is not None and math.ceil(n / k) != w:
+        return (k,) * w
+    if w is not None and w > n:
         raise ValueError(
-            f"`num_envs={n}` in `num_workers={w}` workers of `envs_per_worker={k}` envs does not "
-            f"add up: {k} envs per worker need {math.ceil(n / k)} workers for {n} envs. Give "
-            "two of the three and the third is derived."
+            f"`num_workers={w}` is more than `num_envs={n}`, and each worker holds at least "
+            f"one env; pass `num_workers` of at most {n}, or `num_envs` of at least {w}."
         )
-    return n, k
+    if k is None:
+        if w is None:
+            w = max(1, min(n, cpus()))
+            chunks = worker_layout(n, math.ceil(n / w))
+            if len(chunks) == w:
+                return chunks
+        return _spread(n, w)
+    if w is None:
+        return worker_layout(n, k)
+    if math.ceil(n / w) == k:
+        return _spread(n, w)
+    if math.ceil(n / k) == w:
+        return worker_layout(n, k)
+    raise ValueError(
+        f"`num_envs={n}` in `num_workers={w}` workers of `envs_per_worker={k}` envs does not "
+        f"add up: {n} envs spread over {w} workers hold up to {math.ceil(n / w)} each, and "
+        f"{k} envs per worker need {math.ceil(n / k)} workers for {n} envs. Give two of the "
+        "three and the third is derived."
+    )
+
+
+def _spread(num_envs: int, num_workers: int) -> tuple[int, ...]:
+    """`num_envs` envs over `num_workers` workers, as evenly as possible, the first fuller."""
+    size, extra = divmod(num_envs, num_workers)
+    return tuple(size + (index < extra) for index in range(num_workers))
 
 
 def legacy_arguments(
@@ -236,8 +267,8 @@ def made_from(
     legacy: tuple[Any, ...] = (),
     make_env: Any = None,
     first_wrappers: Sequence[Callable[[Any], Any]] = (),
-) -> tuple[list[EnvBuilder], int, WorkerOptions]:
-    """A ``make_*`` function's env factories, envs per worker and `WorkerOptions`.
+) -> tuple[list[EnvBuilder], tuple[int, ...], WorkerOptions]:
+    """A ``make_*`` function's env factories, envs of each worker and `WorkerOptions`.
 
     `options` are the `MakeOptions` given to `entry_point` (any other key is a `TypeError`
     naming it); `legacy` and `make_env` its deprecated forms (see `legacy_arguments`);
@@ -251,7 +282,7 @@ def made_from(
     wrappers = factory["wrappers"]
     if first_wrappers:
         wrappers = [*first_wrappers, *check_wrappers(wrappers)]
-    env_fns, per_worker = env_factories(
+    env_fns, layout = env_factories(
         env, num_envs, num_workers, envs_per_worker, factory["env_kwargs"], wrappers, cpus=cpus
     )
-    return env_fns, per_worker, worker
+    return env_fns, layout, worker

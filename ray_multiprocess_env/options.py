@@ -77,11 +77,13 @@ class MakeOptions(WorkerOptions, total=False):
     """`WorkerOptions`, and how the ``make_*`` functions build the envs from `env`.
 
     Attributes:
-        num_workers: How many worker actors (Ray processes).
-        envs_per_worker: How many envs each worker steps per call (the last may hold fewer).
-            Give any two of `num_envs`, `num_workers` and `envs_per_worker` and the third is
-            derived; `num_envs` alone gives as many workers as the CPUs Ray offers (on a local
-            runtime, the machine's cores).
+        num_workers: How many worker actors (Ray processes): exactly that many, the envs
+            spread as evenly as possible (6 envs in 4 workers: 2, 2, 1, 1).
+        envs_per_worker: How many envs each worker steps per call, at most (the last
+            workers may hold fewer). Give any two of `num_envs`, `num_workers` and
+            `envs_per_worker` and the third is derived; `num_envs` alone gives as many workers
+            as the CPUs Ray offers (on a local runtime, the machine's cores), or `num_envs` if
+            fewer.
         env_kwargs: Keyword arguments of ``gymnasium.make`` (with an id only).
         wrappers: Callables applied in order to each env inside its worker, as
             ``gymnasium.make_vec`` does (e.g. ``[gymnasium.wrappers.RecordEpisodeStatistics]``).

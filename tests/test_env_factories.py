@@ -59,24 +59,69 @@ def test_a_factory_is_told_apart_by_its_signature(factory, expected):
 
 
 @pytest.mark.parametrize(
-    ("counts", "num_envs", "per_worker"),
+    ("counts", "layout"),
     [
-        ({"num_envs": 8}, 8, 4),  # workers: the 2 CPUs
-        ({"num_envs": 1}, 1, 1),
-        ({"num_envs": 7}, 7, 4),  # 4 + 3
-        ({"num_envs": 8, "num_workers": 4}, 8, 2),
-        ({"num_envs": 10, "num_workers": 4}, 10, 3),  # 3 + 3 + 3 + 1
-        ({"num_envs": 8, "envs_per_worker": 3}, 8, 3),
-        ({"num_workers": 3, "envs_per_worker": 5}, 15, 5),
-        ({"num_envs": 6, "num_workers": 2, "envs_per_worker": 3}, 6, 3),
-        ({"num_envs": 5, "num_workers": 2, "envs_per_worker": 3}, 5, 3),
+        ({"num_envs": 8}, (4, 4)),  # workers: the 2 CPUs
+        ({"num_envs": 1}, (1,)),
+        ({"num_envs": 7}, (4, 3)),
+        ({"num_envs": 8, "num_workers": 4}, (2, 2, 2, 2)),
+        ({"num_envs": 10, "num_workers": 4}, (3, 3, 2, 2)),
+        ({"num_envs": 8, "envs_per_worker": 3}, (3, 3, 2)),
+        ({"num_workers": 3, "envs_per_worker": 5}, (5, 5, 5)),
+        ({"num_envs": 6, "num_workers": 2, "envs_per_worker": 3}, (3, 3)),
+        ({"num_envs": 5, "num_workers": 2, "envs_per_worker": 3}, (3, 2)),
     ],
 )
-def test_any_two_counts_or_num_envs_alone_give_the_third(counts, num_envs, per_worker):
-    """The counts that are not given are derived; the last worker may hold fewer envs."""
-    builders, k = env_factories("CartPole-v1", **counts, cpus=_two_cpus)
-    assert (len(builders), k) == (num_envs, per_worker)
-    assert [b.index for b in builders] == list(range(num_envs))
+def test_any_two_counts_or_num_envs_alone_give_the_third(counts, layout):
+    """The counts that are not given are derived, as how many envs each worker holds."""
+    builders, got = env_factories("CartPole-v1", **counts, cpus=_two_cpus)
+    assert got == layout
+    assert [b.index for b in builders] == list(range(sum(layout)))
+
+
+@pytest.mark.parametrize(
+    ("counts", "cpus", "layout"),
+    [
+        ({"num_envs": 6, "num_workers": 4}, 2, (2, 2, 1, 1)),
+        ({"num_envs": 9, "num_workers": 6}, 2, (2, 2, 2, 1, 1, 1)),
+        ({"num_envs": 8, "num_workers": 4}, 2, (2, 2, 2, 2)),
+        ({"num_envs": 4, "num_workers": 4}, 2, (1, 1, 1, 1)),
+        ({"num_envs": 6, "num_workers": 4, "envs_per_worker": 2}, 2, (2, 2, 1, 1)),
+        ({"num_envs": 9, "num_workers": 3, "envs_per_worker": 4}, 2, (4, 4, 1)),  # as before
+        ({"num_envs": 9}, 6, (2, 2, 2, 1, 1, 1)),  # 2 x 4 + 1 would leave a CPU idle
+        ({"num_envs": 10}, 4, (3, 3, 3, 1)),  # today's layout: it uses every CPU
+        ({"num_envs": 3}, 8, (1, 1, 1)),
+    ],
+)
+def test_num_workers_gives_exactly_that_many_workers_spread_evenly(counts, cpus, layout):
+    """`num_workers` workers hold envs differing by at most one, the first ones fuller."""
+    _, got = env_factories("CartPole-v1", **counts, cpus=lambda: cpus)
+    assert got == layout
+
+
+@pytest.mark.parametrize(
+    ("counts", "match"),
+    [
+        (
+            {"num_envs": 3, "num_workers": 4},
+            r"`num_workers=4` is more than `num_envs=3`.*pass `num_workers` of at most 3, or "
+            r"`num_envs` of at least 4",
+        ),
+        (
+            {"num_envs": 3, "num_workers": 4, "envs_per_worker": 1},
+            r"`num_workers=4` is more than `num_envs=3`",
+        ),
+        (
+            {"num_envs": 6, "num_workers": 4, "envs_per_worker": 3},
+            r"does not add up: 6 envs spread over 4 workers hold up to 2 each, and 3 envs per "
+            r"worker need 2 workers for 6 envs\. Give two of the three",
+        ),
+    ],
+)
+def test_more_workers_than_envs_or_counts_that_disagree_are_named(counts, match):
+    """More workers than envs, or three counts that disagree: a ValueError with the fix."""
+    with pytest.raises(ValueError, match=match):
+        env_factories("CartPole-v1", **counts, cpus=_two_cpus)
 
 
 @pytest.mark.parametrize(
@@ -159,6 +204,25 @@ def test_num_envs_alone_uses_the_cpus_ray_offers():
         _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
         assert truncated.all()
         assert infos["_episode"].all()
+
+
+def test_num_workers_starts_exactly_that_many_workers():
+    """``make_vector_env(env, 6, num_workers=4)`` starts 4 workers of 2, 2, 1 and 1 envs."""
+    with contextlib.closing(make_vector_env(_indexed, 6, num_workers=4)) as envs:
+        assert env_slices(envs) == [(0, 2), (2, 4), (4, 5), (5, 6)]
+        assert envs.get_attr("count") == (0, 100, 200, 300, 400, 500)
+
+
+def test_a_face_takes_one_count_per_worker_and_names_bad_ones():
+    """`envs_per_worker` may be one count per worker; counts that do not fit are named."""
+    with contextlib.closing(GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=[1, 2])) as envs:
+        assert env_slices(envs) == [(0, 1), (1, 3)]
+    with pytest.raises(ValueError, match=r"`envs_per_worker=\[2, 2\]` gives 4 envs in all, but"):
+        GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=[2, 2])
+    with pytest.raises(ValueError, match=r"one positive int per worker, got \[3, 0\]"):
+        GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=[3, 0])
+    with pytest.raises(TypeError, match=r"one positive int per worker, got \(1.5, 1.5\)"):
+        GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=(1.5, 1.5))
 
 
 def test_factories_with_and_without_the_index():

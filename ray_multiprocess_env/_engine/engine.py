@@ -107,7 +107,7 @@ class Engine(FirstReadyVerbs):
     def start(
         cls,
         env_fns: Sequence[Callable[[], Any]],
-        envs_per_worker: int,
+        envs_per_worker: int | Sequence[int],
         options: Options,
         *,
         name: str,
@@ -116,10 +116,10 @@ class Engine(FirstReadyVerbs):
         autoreset: bool = True,
         launcher: Launcher | None = None,
     ) -> Engine:
-        """Start `EnvWorker` actors of `envs_per_worker` envs each (`launcher`: in tests).
+        """Start `EnvWorker` actors as `envs_per_worker` lays out (`launcher`: in tests).
 
-        With `autoreset` False the workers never reset an env by themselves (pfrl's way),
-        whatever the options' autoreset mode.
+        `envs_per_worker`: an int or one count per worker (`pool.worker_layout`); with `autoreset`
+        False the workers never reset an env themselves (pfrl's way), whatever the autoreset mode.
         """
         worker_args = options.worker_args(info_layout, autoreset)
         pool = start_pool(env_fns, envs_per_worker, options, worker_args, launcher)

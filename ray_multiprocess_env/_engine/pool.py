@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
-from ray_multiprocess_env._engine.options import MIN_START_S, Options
+from ray_multiprocess_env._engine.options import MIN_START_S, Options, check_positive_int
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.base import Ticket, Transport, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env.errors import EnvCrashedError
 
-__all__ = ["Launcher", "Pool", "Worker"]
+__all__ = ["Launcher", "Pool", "Worker", "worker_layout"]
 
 logger = logging.getLogger(__name__)
 
@@ -115,15 +115,20 @@ class Pool:
     def start(
         cls,
         env_fns: Sequence[Callable[[], Any]],
-        envs_per_worker: int,
+        layout: Sequence[int],
         options: Options,
         launcher: Launcher,
     ) -> Pool:
-        """Start workers of `envs_per_worker` envs each and wait until they are up."""
+        """Start one worker per entry of `layout`, of that many envs in order; wait for them.
+
+        `layout` is a `worker_layout` of ``len(env_fns)`` envs.
+        """
         pool = cls([], options, launcher, env_fns)
         try:
-            for index, start in enumerate(range(0, len(env_fns), envs_per_worker)):
-                envs = range(start, min(start + envs_per_worker, len(env_fns)))
+            start = 0
+            for index, size in enumerate(layout):
+                envs = range(start, start + size)
+                start = envs.stop
                 actor = launcher.create(index, env_fns[envs.start : envs.stop], envs, None)
                 pool.workers.append(Worker(index, actor, envs, _NOT_CONNECTED))
             launcher.connect(pool.workers, deadline_in(options.start_bound), "start")
@@ -247,6 +252,35 @@ class Pool:
         """Close every worker's transport; the workers keep running."""
         for worker in self.workers:
             worker.transport.close()
+
+
+def worker_layout(num_envs: int, envs_per_worker: Any) -> tuple[int, ...]:
+    """How many of `num_envs` envs each worker holds, in env order, from `envs_per_worker`.
+
+    An int: workers of that many envs, the last holding fewer if `num_envs` is not a multiple;
+    a sequence: one count per worker (``[2, 2, 1, 1]``), adding up to `num_envs`.
+
+    Raises:
+        TypeError: If `envs_per_worker` is neither a positive int nor a sequence of them.
+        ValueError: If a count is not positive, or the counts do not add up to `num_envs`.
+    """
+    if isinstance(envs_per_worker, (str, bytes)) or not isinstance(envs_per_worker, Sequence):
+        size = check_positive_int("envs_per_worker", envs_per_worker)
+        return tuple(min(size, num_envs - start) for start in range(0, num_envs, size))
+    try:
+        layout = tuple(check_positive_int("envs_per_worker", size) for size in envs_per_worker)
+    except (TypeError, ValueError) as err:
+        raise type(err)(
+            f"`envs_per_worker` must be a positive int, or one positive int per worker, got "
+            f"{envs_per_worker!r}."
+        ) from None
+    if sum(layout) != num_envs:
+        raise ValueError(
+            f"`envs_per_worker={list(envs_per_worker)!r}` gives {sum(layout)} envs in all, but "
+            f"there are {num_envs} env factories; pass one count per worker adding up to "
+            f"{num_envs}, or an int (workers of that many envs each)."
+        )
+    return layout
 
 
 class _NotConnected:

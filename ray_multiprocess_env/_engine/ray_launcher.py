@@ -18,13 +18,8 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
-from ray_multiprocess_env._engine.options import (
-    Options,
-    check_env_fns,
-    check_positive_int,
-    check_worker_options,
-)
-from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker
+from ray_multiprocess_env._engine.options import Options, check_env_fns, check_worker_options
+from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker, worker_layout
 from ray_multiprocess_env._engine.transports.base import remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport, pipes_supported
 from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, RayCallTransport
@@ -294,25 +289,26 @@ def _creation_error(err: Exception, envs: range, options: dict[str, Any]) -> Exc
 
 def start_pool(
     env_fns: Sequence[Callable[[], Any]],
-    envs_per_worker: int,
+    envs_per_worker: int | Sequence[int],
     options: Options,
     worker_args: dict[str, Any],
     launcher: Launcher | None = None,
 ) -> Pool:
-    """Start `EnvWorker` actors of `envs_per_worker` envs each where `options` place them.
+    """Start `EnvWorker` actors where `options` place them, as `envs_per_worker` lays out.
 
-    `worker_args`: every worker's (`Options.worker_args`); `launcher`: another (in tests).
+    `envs_per_worker`: an int (workers of that many envs, the last may hold fewer) or one
+    count per worker (`worker_layout`); `worker_args`: every worker's (`Options.worker_args`);
+    `launcher`: another (in tests).
     """
     factories = check_env_fns(env_fns)
-    per_worker = check_positive_int("envs_per_worker", envs_per_worker)
+    layout = worker_layout(len(factories), envs_per_worker)
     check_worker_options(options.actor_options)
     if launcher is None:
-        count = -(-len(factories) // per_worker)
         plan = plan_placement(
-            options.placement, count, options.actor_options, timeout=options.timeout
+            options.placement, len(layout), options.actor_options, timeout=options.timeout
         )
         launcher = RayLauncher(options, plan, worker_args)
-    return Pool.start(factories, per_worker, options, launcher)
+    return Pool.start(factories, layout, options, launcher)
 
 
 def actor_pool(actors: Sequence[Any], options: Options, plan: Any = None) -> Pool:

@@ -42,12 +42,13 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     """A `gymnasium.vector.VectorEnv` whose envs live in Ray worker actors.
 
     Behaves like `gymnasium.vector.SyncVectorEnv` (same batched arrays, infos with ``_key``
-    masks, ``reset_mask``, autoreset modes), with the envs stepped in parallel by
-    ``ceil(len(env_fns) / envs_per_worker)`` actors.
+    masks, ``reset_mask``, autoreset modes), with the envs stepped in parallel by worker
+    actors of `envs_per_worker` envs each.
 
     Args:
         env_fns: One picklable factory per env, called inside its worker.
-        envs_per_worker: How many envs each worker actor holds.
+        envs_per_worker: How many envs each worker actor holds, in env order (the last may
+            hold fewer), or one count per worker (``[2, 2, 1, 1]``: 4 workers for 6 envs).
         autoreset_mode: ``"next_step"`` (default; what RLlib needs), ``"same_step"`` or
             ``"disabled"``, or a `gymnasium.vector.AutoresetMode`.
         seed: If given, the first `reset` seeds env ``i`` with ``seed + i`` unless it brings
@@ -76,7 +77,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self,
         env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
         *,
-        envs_per_worker: int = 1,
+        envs_per_worker: int | Sequence[int] = 1,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         seed: int | np.random.SeedSequence | None = None,
         check_actions: bool = False,

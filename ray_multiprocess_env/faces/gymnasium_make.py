@@ -69,12 +69,12 @@ def make_vector_env(
         ((6, 4), 6)
         >>> envs.close()
     """
-    env_fns, per_worker, worker = made_from(
+    env_fns, layout, worker = made_from(
         make_vector_env, env, num_envs, options, cpus=ray_cpus, legacy=legacy, make_env=make_env
     )
     return GymnasiumVectorEnv(
         env_fns,
-        envs_per_worker=per_worker,
+        envs_per_worker=layout,
         autoreset_mode=autoreset_mode,
         seed=seed,
         check_actions=check_actions,

@@ -38,13 +38,14 @@ class SB3VecEnv(VecEnv):
     """A stable-baselines3 `VecEnv` whose envs live in Ray worker actors.
 
     Gives the same observations, rewards, dones and infos as SB3's ``DummyVecEnv`` for the
-    same seeds and actions, with the envs stepped in parallel by
-    ``ceil(len(env_fns) / envs_per_worker)`` actors. SB3's wrappers (``VecNormalize``,
+    same seeds and actions, with the envs stepped in parallel by worker actors of
+    `envs_per_worker` envs each. SB3's wrappers (``VecNormalize``,
     ``VecMonitor``, ``VecFrameStack``, ...) work on top.
 
     Args:
         env_fns: One picklable factory per env, called inside its worker.
-        envs_per_worker: How many envs each worker actor holds.
+        envs_per_worker: How many envs each worker actor holds, in env order (the last may
+            hold fewer), or one count per worker (``[2, 2, 1, 1]``: 4 workers for 6 envs).
         seed: If given, as `seed` called right after construction (env ``i`` gets
             ``seed + i`` at the first reset; a `numpy.random.SeedSequence`, independent
             seeds as for `make_vector_env`).
@@ -68,7 +69,7 @@ class SB3VecEnv(VecEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
         *,
-        envs_per_worker: int = 1,
+        envs_per_worker: int | Sequence[int] = 1,
         seed: int | np.random.SeedSequence | None = None,
         **options: Unpack[WorkerOptions],
     ) -> None:
@@ -264,7 +265,7 @@ def make_sb3_vec_env(
         from stable_baselines3.common.monitor import Monitor
 
         first_wrappers.append(Monitor)
-    env_fns, per_worker, worker = made_from(
+    env_fns, layout, worker = made_from(
         make_sb3_vec_env,
         env,
         num_envs,
@@ -274,4 +275,4 @@ def make_sb3_vec_env(
         make_env=make_env,
         first_wrappers=first_wrappers,
     )
-    return SB3VecEnv(env_fns, envs_per_worker=per_worker, seed=seed, **worker)
+    return SB3VecEnv(env_fns, envs_per_worker=layout, seed=seed, **worker)

@@ -46,12 +46,13 @@ class TianshouVectorEnv(BaseVectorEnv):
     Gives the same observations, rewards, flags and infos as Tianshou's ``DummyVectorEnv``
     for the same seeds and actions (an env's spaces, `get_env_attr` and `set_env_attr` look
     through gymnasium's wrappers, where Tianshou's own envs read ``env.unwrapped``). Every
-    env belongs to one worker, ``ceil(len(env_fns) / envs_per_worker)`` workers in all; no env
-    is ever reset by its worker: Tianshou's ``Collector`` resets finished envs itself.
+    env belongs to one worker, of `envs_per_worker` envs; no env is ever reset by its
+    worker: Tianshou's ``Collector`` resets finished envs itself.
 
     Args:
         env_fns: One picklable factory per env, called inside its worker.
-        envs_per_worker: How many envs each worker actor holds.
+        envs_per_worker: How many envs each worker actor holds, in env order (the last may
+            hold fewer), or one count per worker (``[2, 2, 1, 1]``: 4 workers for 6 envs).
         wait_num: Tianshou's asynchronous mode: `step` returns once at least this many of the
             envs it waits for have finished (all envs of a worker finish together, so more
             may come back). None: every env.
@@ -78,7 +79,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env[Any, Any]]],
         *,
-        envs_per_worker: int = 1,
+        envs_per_worker: int | Sequence[int] = 1,
         wait_num: int | None = None,
         wait_timeout: float | None = None,
         seed: int | np.random.SeedSequence | Sequence[int | None] | None = None,

@@ -44,12 +44,12 @@ def make_tianshou_vector_env(
         (4, 4)
         >>> envs.close()
     """
-    env_fns, per_worker, worker = made_from(
+    env_fns, layout, worker = made_from(
         make_tianshou_vector_env, env, num_envs, options, cpus=ray_cpus
     )
     return TianshouVectorEnv(
         env_fns,
-        envs_per_worker=per_worker,
+        envs_per_worker=layout,
         wait_num=wait_num,
         wait_timeout=wait_timeout,
         seed=seed,
