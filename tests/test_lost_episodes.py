@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 from ray_multiprocess_env import GymnasiumVectorEnv, RemoteEnvError, TianshouVectorEnv
 from ray_multiprocess_env._engine.calls import Calls
 from tests.envs import DyingEnv, env_failing_once_flagged
-from tests.interrupts import interrupt_at_line
+from tests.interrupts import interrupt_at_line, lines_of
 
 ALIVE = -100  # (a `DyingEnv`'s `taken` that never reaches its death)
 
@@ -72,28 +71,24 @@ def test_a_report_survives_a_second_restart_that_fails(tmp_path):
         assert infos["env_crashed"].tolist() == [True, True, True, True, False, False]
 
 
-def _line_of(function, text: str) -> int:
-    """The first line of `function` whose source holds `text`."""
-    lines, first = inspect.getsourcelines(function)
-    return first + next(k for k, line in enumerate(lines) if text in line)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "moment",
-    ["retries.append(retry)", "wait_tickets(retries", "failed: list[Ticket] = []", "if failed:"],
-)
-def test_a_report_survives_ctrl_c_while_the_replacement_answers(moment):
-    """Ctrl-C in the restart (the replacement's report sent, or not yet): the next step has it."""
+def test_a_report_survives_ctrl_c_at_any_line_of_a_restart():
+    """Ctrl-C at each line of `_replace` (restart, resend, wait): the next step has the report."""
     envs = GymnasiumVectorEnv([DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
     with contextlib.closing(envs):
         envs.reset(seed=0)
-        envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
-        fired = []
-        with pytest.raises(KeyboardInterrupt):
-            with interrupt_at_line(Calls._replace, _line_of(Calls._replace, moment)) as fired:
-                envs.step(np.array([1, 1, 1, 1]))
-        assert fired
-        _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
-        assert truncated.tolist() == [True, True, False, False]
-        assert infos["env_crashed"].tolist() == [True, True, False, False]
+        fired_in = 0
+        for line in lines_of(Calls._replace):
+            envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
+            fired, result = [], None
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(Calls._replace, line) as fired:
+                    result = envs.step(np.array([1, 1, 1, 1]))
+            fired_in += bool(fired)
+            if result is None:  # (interrupted: the next step reports the lost episodes)
+                result = envs.step(np.array([1, 1, 1, 1]))
+            _, _, _, truncated, infos = result
+            assert truncated.tolist() == [True, True, False, False], line
+            assert infos["env_crashed"].tolist() == [True, True, False, False], line
+            envs.step(np.array([1, 1, 1, 1]))  # (the autoreset step after the report)
+        assert fired_in > 10  # (a few lines are for late workers and failed restarts only)

@@ -29,6 +29,7 @@ from ray_multiprocess_env import (
 )
 from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
 from tests.helpers import assert_killed, interrupt_after, transport_kinds, worker_pids
+from tests.interrupts import Gate
 
 TRANSPORTS = ["auto", "pipe", "ray"]
 _cartpole = functools.partial(gym.make, "CartPole-v1")
@@ -132,15 +133,19 @@ def test_a_timeout_keeps_the_answers_and_step_wait_collects_the_rest(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_keyboard_interrupt_mid_step_leaves_the_env_usable(transport):
+def test_keyboard_interrupt_mid_step_leaves_the_env_usable(transport, tmp_path):
     """Ctrl-C while a step is out (Jupyter's interrupt): the next calls work, results exact."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=30)
     envs.reset()
-    envs.set_attr("delay", [0.3, 0.3, 0.3, 0.3])
-    for _ in range(3):
-        with pytest.raises(KeyboardInterrupt), interrupt_after(0.1):
+    gate = Gate(str(tmp_path))
+    envs.set_attr("gate", [str(gate)] * 4)
+    with pytest.raises(KeyboardInterrupt), gate.interrupt_when_entered(2):
+        envs.step(np.array([1, 1, 1, 1]))  # (once both workers are inside it)
+    for _ in range(2):  # (the workers still wait at the gate: these wait behind that step)
+        with pytest.raises(KeyboardInterrupt), interrupt_after(0.1, signal_now=True):
             envs.step(np.array([1, 1, 1, 1]))
-    envs.set_attr("delay", [0.0, 0.0, 0.0, 0.0])  # runs after the interrupted steps
+    gate.open()
+    envs.set_attr("gate", [None] * 4)  # runs after the interrupted steps
     obs = envs.step(np.array([1, 1, 1, 1]))[0]
     assert obs[:, 0].tolist() == [4.0, 4.0, 4.0, 4.0]  # every interrupted step ran once
     with pytest.raises(KeyboardInterrupt), interrupt_after(0.05):  # noqa: PT012
@@ -151,15 +156,18 @@ def test_keyboard_interrupt_mid_step_leaves_the_env_usable(transport):
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_steps_queued_behind_an_interrupted_one_keep_their_own_actions(transport):
+def test_steps_queued_behind_an_interrupted_one_keep_their_own_actions(transport, tmp_path):
     """Steps given up on while the worker is still busy run later, each with its own actions."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, transport=transport, timeout=30)
     envs.reset()
-    envs.set_attr("delay", [0.4, 0.4])
-    with pytest.raises(KeyboardInterrupt), interrupt_after(0.1, signal_now=True):
-        envs.step(np.array([0, 0]))  # the workers are busy with it for 0.3 s more
+    gate = Gate(str(tmp_path))
+    envs.set_attr("gate", [str(gate)] * 2)
+    with pytest.raises(KeyboardInterrupt), gate.interrupt_when_entered(2):
+        envs.step(np.array([0, 0]))  # the workers stay busy with it until the gate opens
     with pytest.raises(KeyboardInterrupt), interrupt_after(0.05, signal_now=True):
-        envs.step(np.array([2, 2]))  # waits in the pipe behind it
+        envs.step(np.array([2, 2]))  # waits in the pipe behind it (the gate is shut)
+    gate.open()
+    envs.set_attr("gate", [None, None])
     obs = envs.step(np.array([1, 1]))[0]  # behind both: must not overwrite their actions
     assert obs[:, 0].tolist() == [3.0, 3.0]
     envs.close()
