@@ -156,8 +156,7 @@ def test_an_env_error_in_recv_keeps_the_good_answers_for_the_next_recv():
     engine = _engine([FlakyEnv] * 2, per_worker=1)
     with contextlib.closing(engine):
         engine.reset([None, None])
-        engine.send(np.array([1, -1]), [0, 1])
-        time.sleep(0.2)
+        engine.send(np.array([1, -1]), [0, 1])  # (`recv` waits for both: all in flight)
         with pytest.raises(RemoteEnvError, match=r"env 1 failed in `recv`: ValueError: negative"):
             engine.recv()
         batch = engine.recv()

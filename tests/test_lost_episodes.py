@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 
 import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RemoteEnvError, TianshouVectorEnv
+from ray_multiprocess_env._engine.call_state import CallState, State, hand_out
 from ray_multiprocess_env._engine.calls import Calls
+from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
+from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import DyingEnv, env_failing_once_flagged
 from tests.interrupts import interrupt_at_line, lines_of
 
@@ -71,7 +76,34 @@ def test_a_report_survives_a_second_restart_that_fails(tmp_path):
         assert infos["env_crashed"].tolist() == [True, True, True, True, False, False]
 
 
+def _line_of(function, text: str) -> int:
+    """The first line of `function` whose source holds `text`."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(k for k, line in enumerate(lines) if text in line)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "moment",
+    ["pool.restart(", "retries.append(retry)", "wait_tickets(retries", "failed: list[Ticket] = []"],
+)
+def test_a_report_survives_ctrl_c_while_the_replacement_answers(moment):
+    """Ctrl-C before the restart, once it is sent, in the wait, once it answered: no loss."""
+    envs = GymnasiumVectorEnv([DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
+        fired = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_at_line(Calls._replace, _line_of(Calls._replace, moment)) as fired:
+                envs.step(np.array([1, 1, 1, 1]))
+        assert fired
+        _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
+        assert truncated.tolist() == [True, True, False, False]
+        assert infos["env_crashed"].tolist() == [True, True, False, False]
+
+
+@pytest.mark.long
 def test_a_report_survives_ctrl_c_at_any_line_of_a_restart():
     """Ctrl-C at each line of `_replace` (restart, resend, wait): the next step has the report."""
     envs = GymnasiumVectorEnv([DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
@@ -92,3 +124,58 @@ def test_a_report_survives_ctrl_c_at_any_line_of_a_restart():
             assert infos["env_crashed"].tolist() == [True, True, False, False], line
             envs.step(np.array([1, 1, 1, 1]))  # (the autoreset step after the report)
         assert fired_in > 10  # (a few lines are for late workers and failed restarts only)
+
+
+@pytest.mark.slow
+def test_a_report_survives_ctrl_c_while_the_face_makes_its_results():
+    """Ctrl-C at each line of the gymnasium face's results: the next step has the report."""
+    envs = GymnasiumVectorEnv([DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        for line in lines_of(GymFace._results):
+            envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
+            fired = []
+            with pytest.raises(KeyboardInterrupt):
+                with interrupt_at_line(GymFace._results, line) as fired:
+                    envs.step(np.array([1, 1, 1, 1]))
+            assert fired
+            _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
+            assert truncated.tolist() == [True, True, False, False], line
+            assert infos["env_crashed"].tolist() == [True, True, False, False], line
+            envs.step(np.array([1, 1, 1, 1]))  # (the autoreset step after the report)
+
+
+def test_a_report_is_owed_until_the_replacement_itself_answers():
+    """An answer of the lost worker itself (an older generation) does not settle a report."""
+    lost = LostEpisodes(4)
+    lost.owe(range(0, 2), generation=1)
+    old, new = Ticket(0, 0, "step", (None, None), (0,)), Ticket(0, 1, "step", (None, None), (1,))
+    lost.deliver(tickets=[old, new])
+    assert [lost.is_owed(env) for env in range(4)] == [True, False, False, False]
+    before = lost.deliver([0])
+    assert not lost.any
+    lost.restore(before)  # (the call did not reach the user after all)
+    assert lost.is_owed(0)
+    assert lost.any
+
+
+def test_hand_out_puts_results_back_on_ctrl_c_only():
+    """Ctrl-C while results are handed out: back in flight; a face's own error: taken out."""
+    state, lost = CallState("Vec", 2), LostEpisodes(2)
+    ticket = Ticket(0, 0, "step", (None, None), (0, 1))
+    ticket.outcome = Outcome(True, None)
+    state.put_in_flight([(ticket, "step")])
+
+    def raising(error):
+        def make():
+            raise error
+
+        return make
+
+    with pytest.raises(KeyboardInterrupt):
+        hand_out(state, lost, [ticket], None, raising(KeyboardInterrupt()))
+    assert state.busy_envs() == [0, 1]
+    with pytest.raises(TypeError, match="refused"):
+        hand_out(state, lost, [ticket], None, raising(TypeError("refused")))
+    assert state.busy_envs() == []
+    assert state.state is State.IDLE

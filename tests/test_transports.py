@@ -14,7 +14,6 @@ import os
 import resource
 import signal
 import threading
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -274,15 +273,16 @@ def test_a_driver_with_many_open_descriptors_steps(transport):
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("moment", ["between steps", "during a step"])
-def test_a_worker_killed_is_named(transport, moment):
+def test_a_worker_killed_is_named(transport, moment, tmp_path):
     """SIGKILL: EnvCrashedError names every env of the dead worker, idle or busy."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     envs.reset()
     pid = worker_pids(envs)[1]
     if moment == "during a step":
-        envs.set_attr("delay", [0.0, 0.0, 30.0, 30.0])
+        gate = Gate(str(tmp_path))  # (never opened: the worker is killed inside its step)
+        envs.set_attr("gate", [None, None, str(gate), str(gate)])
         envs.step_async(np.array([1, 1, 1, 1]))
-        time.sleep(0.5)
+        gate.wait_entered()
     os.kill(pid, signal.SIGKILL)
     assert_killed(envs.remote_envs[1])
     finish = envs.step_wait if moment == "during a step" else lambda: envs.step(np.ones(4, int))
@@ -334,8 +334,7 @@ def test_recv_keeps_the_good_answers_when_another_env_fails(transport):
     vec = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=1, transport=transport)
     vec.async_reset()
     vec.recv()
-    vec.send([1, -1], [0, 1])
-    time.sleep(0.5)  # both answered
+    vec.send([1, -1], [0, 1])  # (`recv` waits for both: every env in flight)
     with pytest.raises(RemoteEnvError, match=r"env 1 failed in `recv`: ValueError: negative"):
         vec.recv()
     env_ids, (obs, *_) = vec.recv()

@@ -20,9 +20,15 @@ from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
 
-__all__ = ["Call", "CallState", "State", "hand_out"]
+__all__ = ["Call", "CallState", "State", "T", "as_is", "hand_out"]
 
+#: What a face makes of a batch (a verb's `finish`).
 T = TypeVar("T")
+
+
+def as_is(batch: Any) -> Any:
+    """A verb's `finish` by default: the batch itself."""
+    return batch
 
 
 class State(enum.Enum):
@@ -111,8 +117,10 @@ class CallState:
         self.begin_step(call)
 
     def put_in_flight(self, tickets: Iterable[tuple[Ticket, str]]) -> None:
-        """First-ready tickets are out."""
+        """First-ready tickets are out (nothing, once closed: `close` gave them up)."""
         items = list(tickets)
+        if not items or self.state is State.CLOSED:
+            return
         with deferred_interrupts():
             busy = self.busy
             for item in items:
@@ -193,20 +201,24 @@ def hand_out(
 ) -> T:
     """Take the tickets `done` out of flight and `make` what the verb returns, all or nothing.
 
-    The lost-episode reports of `envs` (None: every env's) are delivered with it. A Ctrl-C
-    (or an error) before the result is made leaves the tickets in flight and the reports owed,
-    so the next call finds both: nothing a worker sent is dropped on the way out.
+    The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
+    carry) are delivered with it. A Ctrl-C before the result is made leaves the tickets in
+    flight and the reports owed, so the next call finds both: nothing a worker sent is dropped
+    on the way out. Another error from `make` (a face refusing what came back) is raised
+    with the tickets taken, as the call's error; the reports stay owed.
     """
     taken: list[tuple[Ticket, str]] = []
     owed = None
     try:
         with deferred_interrupts():
             taken = state.take(done) if done else []
-            owed = lost_episodes.deliver(envs)
+            owed = lost_episodes.deliver(envs, done)
             return make()
-    except BaseException:
+    except KeyboardInterrupt:
         with deferred_interrupts():
-            if taken and state.state is not State.CLOSED:
-                state.put_in_flight(taken)
+            state.put_in_flight(taken)
             lost_episodes.restore(owed)
+        raise
+    except BaseException:
+        lost_episodes.restore(owed)
         raise

@@ -286,6 +286,9 @@ class Calls:
                     retries.append(retry)
             wait_tickets(retries, deadline, len(retries))
         except BaseException:  # (interrupted, or a restart failed: the reports stay owed)
+            for ticket, retry in zip(lost, retries, strict=False):  # the answers already in
+                if retry.outcome is not None and not retry.outcome.died:
+                    ticket.outcome, ticket.generation = retry.outcome, retry.generation
             self.abandon(Call(call.op, call.label, retries))
             raise
         failed: list[Ticket] = []
@@ -297,7 +300,7 @@ class Calls:
                 self.pool.give_up(self.pool.workers[ticket.worker])
                 failed.append(retry)
             else:
-                ticket.outcome = retry.outcome
+                ticket.outcome, ticket.generation = retry.outcome, retry.generation
         if failed:
             first = failed[0].outcome
             raise EnvCrashedError(

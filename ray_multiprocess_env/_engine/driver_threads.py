@@ -33,6 +33,8 @@ import sys
 import threading
 from typing import Any, NamedTuple
 
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+
 __all__ = ["TORCH_THREADS_VARIABLE", "add_workers", "fit_torch", "remove_workers"]
 
 logger = logging.getLogger(__name__)
@@ -126,6 +128,10 @@ def _settle(fit: bool = False) -> None:
             _settler = me
             try:
                 _work_off(notes)
+            except BaseException:  # (a handler that closed envs, then raised: its request too)
+                with deferred_interrupts():
+                    _work_off(notes)
+                raise
             finally:
                 _settler = None
     for note in notes:  # (outside the lock)

@@ -24,7 +24,7 @@ import numpy as np
 import ray
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, hand_out
+from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import (
     Calls,
     options_of_env,
@@ -202,23 +202,36 @@ class Engine(FirstReadyVerbs):
         return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
     # -- step --------------------------------------------------------------------------------
-    def step(self, actions: Any, *, label: str = "step") -> Batch:
+    def step(
+        self,
+        actions: Any,
+        *,
+        label: str = "step",
+        finish: Callable[[Batch], T] = as_is,
+    ) -> T:
         """Step every env and wait: `step_async` and `step_wait` as one verb.
 
         A Ctrl-C gives the step up (the next call of any verb works); a `TimeoutError` leaves
-        it pending, as `step_wait`'s does: call `step_wait` again to wait longer.
+        it pending, as `step_wait`'s does: call `step_wait` again to wait longer. `finish`
+        turns the batch into what the face returns, inside the hand-out (`hand_out`): the
+        lost-episode reports in it count as delivered only once it has returned.
         """
         self._state.check_idle(label)
-        return self._wait_step(self._launch_step(actions), None)
+        return self._wait_step(self._launch_step(actions), None, finish)
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
         self._state.check_idle(label)
-        self._state.begin_step(self._launch_step(actions))
+        with deferred_interrupts():  # sent and pending, or neither
+            self._state.begin_step(self._launch_step(actions))
 
-    def step_wait(self, timeout: float | None = None) -> Batch:
+    def step_wait(
+        self,
+        timeout: float | None = None,
+        finish: Callable[[Batch], T] = as_is,
+    ) -> T:
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
-        return self._wait_step(self._state.take_pending(), timeout)
+        return self._wait_step(self._state.take_pending(), timeout, finish)
 
     def _launch_step(self, actions: Any) -> Call:
         """Send a step of every env (nothing is sent if it raises)."""
@@ -233,14 +246,16 @@ class Engine(FirstReadyVerbs):
         args = [(chunk, None) for chunk in chunks]
         return self._calls.launch("step", args, "step", shared_args=True)
 
-    def _wait_step(self, call: Call, timeout: float | None) -> Batch:
-        """The batch of `call`, a step of every env; pending again after a `TimeoutError`."""
+    def _wait_step(self, call: Call, timeout: float | None, finish: Callable[[Batch], T]) -> T:
+        """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
         hot = self._hot
         try:
             batch = None if hot is None else hot.step_wait(call, deadline)
             if batch is not None:
-                return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: batch)
+                return hand_out(
+                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                )
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
             self._state.keep_pending(call)
@@ -250,12 +265,19 @@ class Engine(FirstReadyVerbs):
             raise
         if self._store is None:
             rows = self._calls.spread(replies)
-            make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
+            make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
         else:
-            make = lambda: self._assemble(replies, [None] * len(replies))  # noqa: E731
+            make = lambda: finish(self._assemble(replies, [None] * len(replies)))  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, (), None, make)
 
-    def step_envs(self, actions: Any, env_ids: Sequence[int], *, label: str = "step") -> Batch:
+    def step_envs(
+        self,
+        actions: Any,
+        env_ids: Sequence[int],
+        *,
+        label: str = "step",
+        finish: Callable[[Batch], T] = as_is,
+    ) -> T:
         """Step exactly the envs `env_ids` (row i of `actions` for env ``env_ids[i]``) and wait.
 
         A synchronous call of its own, with a full step's rules: all or an error, lost (and,
@@ -263,8 +285,9 @@ class Engine(FirstReadyVerbs):
         interrupt the call is given up and the next call of any verb works.
 
         Returns:
-            The batch of those envs, ascending by env (`Batch.env_ids`); for envs with no
-            batch layout, `Batch.rows` holds a result per env (None for the others).
+            `finish` (as in `step`) of the batch of those envs, ascending by env
+            (`Batch.env_ids`); for envs with no batch layout, `Batch.rows` holds a result per
+            env (None for the others).
         """
         self._state.check_idle(label)
         lost_episodes = self._pool.lost_episodes
@@ -273,7 +296,7 @@ class Engine(FirstReadyVerbs):
             for env, action in zip(env_ids, actions, strict=True):
                 per_env[env] = (action,)
             rows = self._calls.apply("step", per_env, None, label)
-            make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
+            make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
             return hand_out(self._state, lost_episodes, (), env_ids, make)
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
@@ -282,14 +305,14 @@ class Engine(FirstReadyVerbs):
         if hot is not None and call is not None:  # whole workers' envs, each worker rung
             batch = hot.step_envs(call, ids, deadline)
             if batch is not None:
-                return hand_out(self._state, lost_episodes, (), ids, lambda: batch)
+                return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
             positions: list[Any] = [None] * len(self._pool.workers)
         else:
             args, envs = self._split(actions, env_ids)
             call = self._calls.launch("step", args, label, envs, shared_args=True)
             positions = [None if a is None else a[1] for a in args]
         replies = self._calls.wait(call, deadline=deadline)
-        make = lambda: self._assemble(replies, positions, ids, ids)  # noqa: E731
+        make = lambda: finish(self._assemble(replies, positions, ids, ids))  # noqa: E731
         return hand_out(self._state, lost_episodes, (), ids, make)
 
     # -- calls on envs -----------------------------------------------------------------------------

@@ -10,12 +10,12 @@ that answered fine wait for the next `recv`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, hand_out
+from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import (
     Calls,
     options_of_env,
@@ -35,12 +35,6 @@ from ray_multiprocess_env.compat import reset_as_step
 from ray_multiprocess_env.errors import _EnvFailures
 
 __all__ = ["FirstReadyVerbs"]
-
-T = TypeVar("T")
-
-
-def _same(batch: Batch) -> Batch:
-    return batch
 
 
 #: The handle of a ticket made of the envs that did not raise in a worker's failed call: the
@@ -119,7 +113,7 @@ class FirstReadyVerbs:
         self,
         batch_size: int | None = None,
         timeout: float | None = None,
-        finish: Callable[[Batch], T] = _same,  # type: ignore[assignment]
+        finish: Callable[[Batch], T] = as_is,
     ) -> T:
         """The results of the first envs to finish what `send`/`async_reset` started.
 

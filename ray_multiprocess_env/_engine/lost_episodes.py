@@ -13,7 +13,7 @@ the lost episode again, never an env stepped past it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -25,27 +25,40 @@ __all__ = ["LostEpisodes"]
 class LostEpisodes:
     """Which of `num_envs` envs still owe the user a lost-episode report (module docstring)."""
 
-    __slots__ = ("_owed", "any")
+    __slots__ = ("_owed", "_since", "any")
 
     def __init__(self, num_envs: int) -> None:
         self._owed = np.zeros(num_envs, dtype=np.bool_)
+        self._since = np.zeros(num_envs, dtype=np.int64)  # the worker generation that owes
         self.any = False  # whether any env is owed (read on the hot path: one attribute)
 
-    def owe(self, envs: range) -> None:
-        """The envs `envs` lost their episodes (their worker is being replaced)."""
+    def owe(self, envs: range, generation: int) -> None:
+        """The envs `envs` lost their episodes; their worker's `generation` reports them."""
         self._owed[envs.start : envs.stop] = True
+        self._since[envs.start : envs.stop] = generation
         self.any = True
 
-    def deliver(self, envs: Iterable[int] | None = None) -> np.ndarray | None:
+    def deliver(
+        self, envs: Iterable[int] | None = None, tickets: Sequence[Ticket] = ()
+    ) -> np.ndarray | None:
         """A verb hands the user these envs' steps or resets (None: every env's).
 
-        Returns what `restore` needs to undo it (None: nothing was owed).
+        With `tickets` (first-ready results), their envs instead, each only if its ticket ran
+        on the worker that owes the report or a later one: an answer of the lost worker
+        itself carries no report. Returns what `restore` needs to undo it (None: nothing was
+        owed).
         """
         if not self.any:
             return None
         owed = self._owed
         before: np.ndarray = owed.copy()
-        if envs is None:
+        if tickets:
+            since = self._since
+            for ticket in tickets:
+                for env in ticket.envs:
+                    if ticket.generation >= since[env]:
+                        owed[env] = False
+        elif envs is None:
             owed[:] = False
         else:
             owed[np.fromiter(envs, dtype=np.int64)] = False

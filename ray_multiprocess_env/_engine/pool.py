@@ -201,7 +201,7 @@ class Pool:
         logger.warning(
             "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
         )
-        self.lost_episodes.owe(worker.envs)  # (until a step hands the reports over)
+        self.lost_episodes.owe(worker.envs, worker.generation + 1)  # (until handed over)
         self.launcher.kill(worker, wait_gone=self.shared is not None)
         seeds = self.seeds.for_restart(worker.envs)
         worker.generation += 1

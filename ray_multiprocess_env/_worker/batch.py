@@ -8,8 +8,10 @@ raised together afterwards with the reply of the others, unless the env is to be
 (``on_env_error="restart"``): then it is built again from its factory and reset, and its
 episode is reported as truncated with ``info["env_error"]``. A worker that replaced a lost one
 reports each lost episode at that env's next step. A report stays with the env after it is sent
-(`WorkerBatch.reported`): if the call that carried it never reached the user (another env's
-error, an interrupt, a restart that failed), the driver has it sent again (`WorkerBatch.rearm`).
+(`WorkerBatch.reported`, until the env is reset): if the call that carried a lost worker's
+report never reached the user (another env's error, an interrupt, a restart that failed), the
+driver has it sent again (`WorkerBatch.rearm`). (The driver does not know of an env rebuilt
+here, so an ``env_error`` report of a call that fails is not sent again.)
 
 A plain class, not the actor: Ray wraps every method of an actor class for tracing, which
 would cost a little on each env of each step. This module imports nothing of the driver side.

@@ -145,7 +145,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             Batched observations, rewards (float64), terminations, truncations and infos.
         """
         self._check_step(actions)
-        return self._finish(lambda: self._engine.step(actions))
+        return self._finish(lambda: self._engine.step(actions, finish=self._results))
 
     def step_async(self, actions: Any) -> None:
         """Send the batched `actions` and return at once; `step_wait` collects the results."""
@@ -162,19 +162,18 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
         On a `TimeoutError` the step stays pending: call `step_wait` again to wait longer.
         """
-        return self._finish(lambda: self._engine.step_wait(timeout))
+        return self._finish(lambda: self._engine.step_wait(timeout, self._results))
 
-    def _finish(self, wait: Callable[[], Batch]) -> StepReturn:
+    def _finish(self, wait: Callable[[], StepReturn]) -> StepReturn:
         """A step's results from `wait`; a failed step's error carries them if all answered."""
         try:
-            batch = wait()
+            return wait()
         except RemoteEnvError as error:
             if error._batch is not None:  # every worker answered: what the step gave
                 error.results = self._results(error._batch)
                 error.results[4]["env_error"] = np.isin(np.arange(self.num_envs), error.env_indices)
                 error.results[4]["_env_error"] = np.ones(self.num_envs, dtype=np.bool_)
             raise
-        return self._results(batch)
 
     def _results(self, batch: Batch) -> StepReturn:
         rewards, terminations, truncations = (np.array(a) for a in batch.arrays())

@@ -118,7 +118,7 @@ class RayVectorEnv:
             ``(obs, rewards, dones, infos)``; each a tuple with one entry per env. An env whose
             ``step`` returns a non-tuple gives a tuple of those results.
         """
-        return self._results(self._engine.step(self._action_batch(actions)))
+        return self._engine.step(self._action_batch(actions), finish=self._results)
 
     def step_async(self, actions: Sequence[Any]) -> None:
         """Send one action per env and return at once; `step_wait` collects the results."""
@@ -136,7 +136,7 @@ class RayVectorEnv:
             timeout: Seconds to wait; None uses the vector env's `timeout`. On expiry the
                 `TimeoutError` leaves the call pending: call `step_wait` again to wait longer.
         """
-        return self._results(self._engine.step_wait(timeout))
+        return self._engine.step_wait(timeout, self._results)
 
     def _results(self, batch: Batch) -> tuple[Any, ...]:
         fields = self._fields(batch)

@@ -110,7 +110,7 @@ class SB3VecEnv(VecEnv):
 
     def step(self, actions: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Step every env: `step_async` and `step_wait` as one call, which a Ctrl-C gives up."""
-        return self._results(self._engine.step(self._action_batch(actions)))
+        return self._engine.step(self._action_batch(actions), finish=self._results)
 
     def step_async(self, actions: np.ndarray) -> None:
         """Send the actions to the workers; `step_wait` collects the results."""
@@ -139,7 +139,7 @@ class SB3VecEnv(VecEnv):
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Wait for the step; finished envs are reset in the same step."""
-        return self._results(self._engine.step_wait())
+        return self._engine.step_wait(None, self._results)
 
     def _results(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         rewards, terminations, truncations = batch.arrays()

@@ -193,8 +193,10 @@ class TianshouVectorEnv(BaseVectorEnv):
                     "(None: all)."
                 )
             if not self.is_async:
-                batch = self._engine.step_envs(self._action_batch(action), ids)
-                return step_result(batch, ids, self._engine.spec)
+                spec = self._engine.spec
+                return self._engine.step_envs(
+                    self._action_batch(action), ids, finish=lambda b: step_result(b, ids, spec)
+                )
             self._engine.send(self._action_batch(action), ids)
         return self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
 

@@ -308,16 +308,17 @@ def test_ctrl_c_in_a_subset_step_leaves_every_call_usable(tmp_path):
         assert envs.step(np.array([1, 2]), [2, 0])[0][:, 0].tolist() == [1.0, 2.0]
 
 
-def test_a_subset_step_that_times_out_leaves_every_call_usable():
+def test_a_subset_step_that_times_out_leaves_every_call_usable(tmp_path):
     """A `TimeoutError` in a subset step; once the env answers, the next calls work."""
     envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, timeout=1.0)
+    gate = Gate(str(tmp_path))
     with contextlib.closing(envs):
         envs.reset()
-        envs.set_env_attr("delay", 1.5, id=[1])
+        envs.set_env_attr("gate", str(gate), id=[1])
         with pytest.raises(TimeoutError, match=r"env\(s\) \[1\] did not answer"):
-            envs.step(np.array([1, 1]), [3, 1])
-        time.sleep(1.0)  # the late step finishes in its worker (0.5 s after the timeout)
-        envs.set_env_attr("delay", 0.0)
+            envs.step(np.array([1, 1]), [3, 1])  # (env 1 waits at the shut gate)
+        gate.open()  # the late step finishes in its worker
+        envs.set_env_attr("gate", None)
         envs.reset()
         assert envs.step(np.array([1, 1]), [3, 1])[0][:, 0].tolist() == [1.0, 1.0]
 
