@@ -43,7 +43,7 @@ flags = np.memmap(path, dtype=np.int64, mode="r+", shape=(3,))  # armed, stop, s
 rng = random.Random(seed)
 while not flags[1]:
     time.sleep(rng.uniform(0, most))
-    if flags[0] == 1 and flags[0] == 1:
+    if flags[0] == 1:
         flags[0] = 2  # (sending: the main process waits for 0 or 3 before it disarms)
         os.kill(pid, signal.SIGINT)
         flags[2] += 1
@@ -77,13 +77,9 @@ class _Sender:
     def disarm(self) -> None:
         """Stop sending; returns once no signal is on its way."""
         flags = self._flags
-        while True:
-            if flags[0] == 1:
-                flags[0] = 0
-            if flags[0] != 2:  # (0, or 3: sent; the signal may still land after this)
-                flags[0] = 0
-                return
+        while flags[0] == 2:  # (being sent; once sent, it may still land after this)
             time.sleep(0)
+        flags[0] = 0
 
     def stop(self) -> None:
         self._flags[0], self._flags[1] = 0, 1

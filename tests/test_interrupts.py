@@ -29,7 +29,7 @@ TRANSPORTS = ["auto", "pipe", "ray"]
 
 #: Where `recv` takes results out of flight and hands them out.
 RECV_CODE: list[Callable[..., Any]] = [
-    CallState.take_done,
+    CallState.take,
     CallState._settle_state,
     CallState.put_in_flight,
     hand_out,

@@ -130,10 +130,6 @@ class CallState:
             self.in_flight = self.in_flight + items
             self._settle_state()
 
-    def take_done(self) -> list[tuple[Ticket, str]]:
-        """The first-ready tickets that have an outcome, no longer in flight."""
-        return self.take([item[0] for item in self.in_flight if item[0].outcome is not None])
-
     def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
         """These first-ready tickets (and their kinds), no longer in flight."""
         chosen = {id(ticket) for ticket in tickets}

@@ -263,13 +263,13 @@ class Calls:
         Everything (placing, starting, connecting, the replacements' answers) ends by `deadline`.
         """
         retries: list[Ticket] = []
+        pool = self.pool
         try:
             for ticket in lost:
                 if ticket.outcome is None and ticket.transport is not None:
                     ticket.transport.forget(ticket)
                 why = "did not answer in time" if ticket.outcome is None else "died"
                 cause = ticket.outcome.error if ticket.outcome is not None else None
-                pool = self.pool
                 pool.restart(ticket.worker, ticket.generation, call.label, why, cause, deadline)
                 worker = pool.workers[ticket.worker]
                 retry = Ticket(

@@ -198,7 +198,7 @@ class HotPath:
         return True
 
     def recv(self, min_envs: int, deadline: float | None, finish: Callable[[Batch], T]) -> T:
-        """`FirstReadyVerbs.recv` once `min_envs` envs are in; None: the slow path's to do.
+        """`FirstReadyVerbs.recv` once `min_envs` envs are in; `NotHot`: the slow path's to do.
 
         What `finish` makes of the batch. `NotHot` (nothing taken out of flight) when the wait
         reaches `deadline`, or when anything in flight or in what came back is not the hot
