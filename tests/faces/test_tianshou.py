@@ -151,6 +151,23 @@ def test_wait_num_returns_the_envs_that_finish_first():
 
 
 @pytest.mark.in_process
+def test_waiting_and_ready_ids_are_the_calls_in_flight_and_cannot_be_set():
+    """`waiting_id`/`ready_id` are read from the engine; setting either is refused by name."""
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, wait_num=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        assert envs.waiting_id == []
+        assert envs.ready_id == [0, 1, 2, 3]
+        with pytest.raises(
+            AttributeError,
+            match=r"`waiting_id` follows the calls in flight and cannot be set; `step\(None\)`",
+        ):
+            envs.waiting_id = [1]
+        with pytest.raises(AttributeError, match=r"`ready_id` follows the calls in flight"):
+            envs.ready_id = []
+
+
+@pytest.mark.in_process
 def test_wait_timeout_returns_what_finished_in_time():
     """With `wait_timeout`, `step` returns after that long with the envs done by then."""
     fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 2.0)]
