@@ -6,7 +6,8 @@ Run by hand from the repository root (it writes the ``cluster`` section of docs/
 
 Starts a head node and a second node on this machine (`ray.cluster_utils.Cluster`, one CPU
 each), puts one worker on each (``placement="STRICT_SPREAD"``) and steps `GymnasiumVectorEnv`
-with Ray calls only (``transport="ray"``: what workers on other nodes use).
+twice: over the TCP stream (``transport="tcp"``: what workers on other nodes use by default, the
+head node's worker too) and over Ray calls (``transport="ray"``), fitting one model for each.
 For each setting it records the wall time of a step, the driver's CPU time and the workers' CPU
 time (psutil). The per-call and per-env costs of the driver and the workers are fitted on
 CartPole with 16 and 256 envs per worker; the model then predicts the other settings (CartPole
@@ -102,15 +103,15 @@ def _env_step_seconds(env_fn: Any, seconds: float) -> float:
     return (time.perf_counter() - start) / count
 
 
-def measure(name: str, env_fn: Any, envs_per_worker: int, seconds: float) -> Sample:
-    """Step ``NODES`` workers of `envs_per_worker` envs for about `seconds`."""
+def measure(name: str, env_fn: Any, envs_per_worker: int, seconds: float, transport: str) -> Sample:
+    """Step ``NODES`` workers of `envs_per_worker` envs over `transport` for about `seconds`."""
     n = NODES * envs_per_worker
     envs = GymnasiumVectorEnv(
         [env_fn] * n,
         envs_per_worker=envs_per_worker,
         placement="STRICT_SPREAD",
         actor_options={"num_cpus": 1},
-        transport="ray",  # the model is for Ray calls (the head node's worker could use pipes)
+        transport=transport,  # (forced: the head node's worker would use shared memory)
     )
     try:
         assert len(set(envs.node_ids())) == NODES, envs.node_ids()
@@ -133,7 +134,8 @@ def measure(name: str, env_fn: Any, envs_per_worker: int, seconds: float) -> Sam
         envs.close()
     sample = Sample(name, envs_per_worker, wall, driver, worker, _env_step_seconds(env_fn, 1.0))
     print(
-        f"{name} {NODES}x{envs_per_worker}: {n / wall:,.0f} steps/s, step {wall * 1e3:.2f} ms, "
+        f"{transport} {name} {NODES}x{envs_per_worker}: {n / wall:,.0f} steps/s, "
+        f"step {wall * 1e3:.2f} ms, "
         f"driver {driver * 1e3:.2f} ms, worker call {worker * 1e3:.2f} ms",
         file=sys.stderr,
     )
@@ -181,26 +183,30 @@ def main() -> None:
     ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
     cartpole = functools.partial(gym.make, "CartPole-v1")
     one_ms = functools.partial(CpuBoundEnv, calibrate(1.0))
+    fitted: dict[str, tuple[Model, list[Sample]]] = {}
     try:
-        fit_a = measure("CartPole", cartpole, 16, args.seconds)
-        fit_b = measure("CartPole", cartpole, 256, args.seconds)
-        checks = [
-            fit_a,
-            fit_b,
-            measure("CartPole", cartpole, 32, args.seconds),
-            measure("CartPole", cartpole, 64, args.seconds),
-            measure("1 ms env", one_ms, 4, args.seconds),
-            measure("1 ms env", one_ms, 16, args.seconds),
-        ]
+        for transport in ("tcp", "ray"):
+            run = functools.partial(measure, seconds=args.seconds, transport=transport)
+            checks = [
+                run("CartPole", cartpole, 16),
+                run("CartPole", cartpole, 256),
+                run("CartPole", cartpole, 32),
+                run("CartPole", cartpole, 64),
+                run("1 ms env", one_ms, 4),
+                run("1 ms env", one_ms, 16),
+            ]
+            fitted[transport] = (fit(checks[0], checks[1]), checks)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    model = fit(fit_a, fit_b)
-    write_section(Path(args.out), "cluster", _report(model, checks, args.seconds))
+    write_section(Path(args.out), "cluster", _report(fitted, args.seconds))
     print(f"wrote {args.out}", file=sys.stderr)
 
 
-def _report(model: Model, checks: list[Sample], seconds: float) -> str:
+_NAMES = {"tcp": "TCP stream", "ray": "Ray calls"}
+
+
+def _report(fitted: dict[str, tuple[Model, list[Sample]]], seconds: float) -> str:
     command = "python -m benchmarks.cluster" + (f" --seconds {seconds:g}" if seconds != 5 else "")
     versions = ", ".join(f"{p} {version(p)}" for p in ("ray", "gymnasium", "numpy"))
     lines = [
@@ -213,50 +219,62 @@ def _report(model: Model, checks: list[Sample], seconds: float) -> str:
         "",
         "Fitted on CartPole with 16 and 256 envs per worker (microseconds):",
         "",
-        "| o_d (driver, per call) | e_d (driver, per env) | o_w (worker, per call) "
+        "| transport | o_d (driver, per call) | e_d (driver, per env) | o_w (worker, per call) "
         "| e_w (worker, per env) |",
-        "|---:|---:|---:|---:|",
-        f"| {model.driver_call * 1e6:.0f} | {model.driver_env * 1e6:.2f} "
-        f"| {model.worker_call * 1e6:.0f} | {model.worker_env * 1e6:.2f} |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for transport, (model, _) in fitted.items():
+        lines.append(
+            f"| {_NAMES[transport]} | {model.driver_call * 1e6:.0f} | "
+            f"{model.driver_env * 1e6:.2f} | {model.worker_call * 1e6:.0f} | "
+            f"{model.worker_env * 1e6:.2f} |"
+        )
+    lines += [
         "",
         "Prediction against measurement, 2 nodes x 1 worker (both nodes on this machine's cores):",
         "",
-        "| env | envs per worker | env step (us) | measured steps/s | predicted steps/s "
-        "| predicted / measured |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| transport | env | envs per worker | env step (us) | measured steps/s "
+        "| predicted steps/s | predicted / measured |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for sample in checks:
-        measured = NODES * sample.envs_per_worker / sample.wall
-        predicted = predict_local(model, sample)
-        lines.append(
-            f"| {sample.env} | {sample.envs_per_worker} | {sample.env_step * 1e6:.1f} "
-            f"| {measured:,.0f} | {predicted:,.0f} | {predicted / measured:.2f} |"
-        )
+    for transport, (model, checks) in fitted.items():
+        for sample in checks:
+            measured = NODES * sample.envs_per_worker / sample.wall
+            predicted = predict_local(model, sample)
+            lines.append(
+                f"| {_NAMES[transport]} | {sample.env} | {sample.envs_per_worker} "
+                f"| {sample.env_step * 1e6:.1f} | {measured:,.0f} | {predicted:,.0f} "
+                f"| {predicted / measured:.2f} |"
+            )
     lines += [
         "",
         "Extrapolated with the fitted costs to nodes of 16 cores running 15 workers each, one "
         "driver, and a 0.2 ms round trip between nodes (an assumption, not measured here):",
         "",
-        "| env | envs per worker | 1 node | 10 nodes | 100 nodes | driver-bound ceiling |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| transport | env | envs per worker | 1 node | 10 nodes | 100 nodes "
+        "| driver-bound ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    env_steps = {s.env: s.env_step for s in checks}
-    for env, k in (("CartPole", 64), ("CartPole", 512), ("1 ms env", 16), ("1 ms env", 256)):
-        rates = []
-        for nodes in (1, 10, 100):
-            t = model.step_time(
-                nodes=nodes,
-                workers_per_node=15,
-                envs_per_worker=k,
-                env_step=env_steps[env],
-                cores_per_node=15,
-                rtt=0.0 if nodes == 1 else 2e-4,
+    for transport, (model, checks) in fitted.items():
+        env_steps = {s.env: s.env_step for s in checks}
+        for env, k in (("CartPole", 64), ("CartPole", 512), ("1 ms env", 16), ("1 ms env", 256)):
+            rates = []
+            for nodes in (1, 10, 100):
+                t = model.step_time(
+                    nodes=nodes,
+                    workers_per_node=15,
+                    envs_per_worker=k,
+                    env_step=env_steps[env],
+                    cores_per_node=15,
+                    rtt=0.0 if nodes == 1 else 2e-4,
+                )
+                rates.append(nodes * 15 * k / t)
+            ceiling = 1 / (model.driver_call / k + model.driver_env)
+            lines.append(
+                f"| {_NAMES[transport]} | {env} | {k} | "
+                + " | ".join(f"{r:,.0f}" for r in rates)
+                + f" | {ceiling:,.0f} |"
             )
-            rates.append(nodes * 15 * k / t)
-        ceiling = 1 / (model.driver_call / k + model.driver_env)
-        lines.append(
-            f"| {env} | {k} | " + " | ".join(f"{r:,.0f}" for r in rates) + f" | {ceiling:,.0f} |"
-        )
     return "\n".join(lines)
 
 

@@ -50,10 +50,13 @@ class WorkerOptions(TypedDict, total=False):
             ``info["env_crashed"] = True``.
         transport: How operations reach the workers: ``"auto"`` (workers on the driver's node
             share the batch with it in memory and get a few bytes on a named pipe per call,
-            served on the envs' own thread; Ray calls to the others), ``"pipe"`` (pipes that
-            carry everything, no shared memory) or ``"ray"`` (Ray calls only). None (default)
-            reads the ``RAY_MULTIPROCESS_ENV_TRANSPORT`` environment variable (``"auto"`` if
-            unset).
+            served on the envs' own thread; workers on other nodes are served the same way
+            over an authenticated TCP connection, the rows as raw bytes), ``"pipe"`` (pipes that
+            carry everything, no shared memory; Ray calls off the driver's node), ``"tcp"``
+            (the TCP stream for every worker, the driver's node too) or ``"ray"`` (Ray calls
+            only). A worker that cannot be reached over TCP (a firewall) uses Ray calls, with
+            one warning. None (default) reads the ``RAY_MULTIPROCESS_ENV_TRANSPORT``
+            environment variable (``"auto"`` if unset).
         on_env_error: ``"raise"`` (default) or ``"restart"``: an env whose ``step`` or
             ``reset`` raises is built again from its factory in its worker; its episode is
             reported as cut short (gymnasium envs: truncated; old gym: ``info["needs_reset"]``)

@@ -2,7 +2,8 @@
 
 Runs in its own process because the test session already has a Ray runtime. Starts a head node
 and a second node with `ray.cluster_utils.Cluster`, points ``RAY_ADDRESS`` at it and lets the
-library join, then checks placement, stepping against in-process envs, the loss of a node with
+library join, then checks placement, stepping against in-process envs (the second node's
+workers over the TCP stream, the head node's over shared memory), the loss of a node with
 ``on_actor_failure="restart"``, a restart that no node can hold (it must fail within bounds,
 and `close` return), and a module that only the driver has. Every check raises
 `AssertionError` with what it saw; the last line printed is a JSON summary.
@@ -94,6 +95,10 @@ def check_node_loss(cluster: Cluster, node: Any, head: str, node_b: str) -> dict
         first = worker * ENVS_PER_WORKER
         assert len(set(before[first : first + ENVS_PER_WORKER])) == 1, before
     assert set(before) == {head, node_b}, f"SPREAD put the workers on {before}"
+    kinds_before = _transports(envs)
+    for worker, kind in enumerate(kinds_before):
+        want = "tcp" if before[worker * ENVS_PER_WORKER] == node_b else "shared_memory"
+        assert kind == want, f"worker {worker} on {before[worker * ENVS_PER_WORKER]} has {kind}"
     for _ in range(STEPS_BEFORE):
         actions = rng.integers(0, 2, NUM_ENVS)
         got, want = envs.step(actions), reference.step(actions)
@@ -116,9 +121,22 @@ def check_node_loss(cluster: Cluster, node: Any, head: str, node_b: str) -> dict
     assert not crashed_once[kept].any(), crashed_once
     after = envs.node_ids()
     assert set(after) == {head}, f"after the node loss the envs run on {after}"
+    kinds_after = _transports(envs)
     envs.close()
     reference.close()
-    return {"before": before, "after": after, "lost": lost, "kept": kept}
+    return {
+        "before": before,
+        "after": after,
+        "lost": lost,
+        "kept": kept,
+        "transports_before": kinds_before,
+        "transports_after": kinds_after,
+    }
+
+
+def _transports(envs: GymnasiumVectorEnv) -> list[str]:
+    """Each worker's transport (through the private engine)."""
+    return [worker.transport.kind for worker in envs._engine._pool.workers]
 
 
 def check_unsatisfiable_restart(cluster: Cluster, node: Any) -> dict[str, Any]:

@@ -20,8 +20,9 @@ def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):
 
     The script joins the cluster through RAY_ADDRESS (the library starts nothing local), checks
     SPREAD / STRICT_SPREAD / custom-resource placement by each env's node id, steps 8 envs
-    against `SyncVectorEnv`, removes the second node mid-run (`on_actor_failure="restart"`: its
-    envs come back on the head node, the others' episodes match the reference step for step),
+    against `SyncVectorEnv` (the second node's workers over the TCP stream), removes the second
+    node mid-run (`on_actor_failure="restart"`: its envs come back on the head node, on shared
+    memory, the others' episodes match the reference step for step),
     checks that a restart no node can hold (STRICT_SPREAD after losing a node) fails within its
     bound and that `close` returns, and ships a driver-only module with ``runtime_env``.
     """
@@ -42,5 +43,8 @@ def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):
     assert loss["lost"]
     assert loss["kept"]
     assert set(loss["after"]) == {head}
+    assert "tcp" in loss["transports_before"]  # the second node's workers, over the stream
+    assert set(loss["transports_before"]) == {"tcp", "shared_memory"}
+    assert set(loss["transports_after"]) == {"shared_memory"}  # restarted on the head node
     assert "ModuleNotFoundError" in summary["runtime_env"]["error"]
     assert "STRICT_SPREAD" in summary["unsatisfiable_restart"]["error"]

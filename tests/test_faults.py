@@ -37,7 +37,7 @@ from tests.envs import (
 )
 from tests.helpers import assert_killed, memory_files, worker_pids
 
-TRANSPORTS = ["auto", "pipe", "ray"]
+TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 
 
 def _counts(obs):

@@ -25,7 +25,7 @@ from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
 from tests.interrupts import interrupt_at_line, lines_of
 
-TRANSPORTS = ["auto", "pipe", "ray"]
+TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 
 #: Where `recv` takes results out of flight and hands them out.
 RECV_CODE: list[Callable[..., Any]] = [

@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTr
 from tests.envs import DyingEnv, FlakyEnv, bounded_flaky_env
 from tests.helpers import memory_files
 
-TRANSPORTS = ["auto", "pipe", "ray"]
+TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 
 
 def _recv_until_error(recv, received):

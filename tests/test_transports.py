@@ -1,7 +1,8 @@
 """Every transport gives the same results, faults included (the transport-differential suite).
 
 Each test runs over ``transport="auto"`` (same-node pipes with shared memory), ``"pipe"`` (pipes
-only) and ``"ray"`` (Ray calls), so it tests pipes even when the suite runs again with
+only), ``"tcp"`` (the TCP stream that workers on other nodes get, here forced on the driver's
+node) and ``"ray"`` (Ray calls), so it tests each of them even when the suite runs again with
 ``RAY_MULTIPROCESS_ENV_TRANSPORT=ray``.
 """
 
@@ -30,7 +31,7 @@ from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
 from tests.helpers import assert_killed, interrupt_after, transport_kinds, worker_pids
 from tests.interrupts import Gate
 
-TRANSPORTS = ["auto", "pipe", "ray"]
+TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 _cartpole = functools.partial(gym.make, "CartPole-v1")
 
 
@@ -46,7 +47,7 @@ def _main_module_class():
 
 
 def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
-    """`transport="auto"` serves local workers over pipes and shared memory; "pipe", "ray" too."""
+    """`transport="auto"` serves local workers over pipes and shared memory; the others too."""
     with contextlib.closing(
         GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="auto")
     ) as envs:
@@ -55,6 +56,10 @@ def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
         GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="pipe")
     ) as envs:
         assert transport_kinds(envs) == ["pipe", "pipe"]
+    with contextlib.closing(
+        GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="tcp")
+    ) as envs:
+        assert transport_kinds(envs) == ["tcp", "tcp"]
     with contextlib.closing(
         GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="ray")
     ) as envs:
@@ -66,7 +71,7 @@ def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
 
 def test_a_bad_transport_is_named(monkeypatch):
     """A bad `transport` (argument or environment variable) is a ValueError naming it."""
-    with pytest.raises(ValueError, match=r"must be one of 'auto', 'pipe', 'ray', got 'shm'"):
+    with pytest.raises(ValueError, match=r"must be one of 'auto', 'pipe', 'tcp', 'ray', got 'shm'"):
         GymnasiumVectorEnv([_cartpole], transport="shm")
     monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "fast")
     with pytest.raises(ValueError, match=r"RAY_MULTIPROCESS_ENV_TRANSPORT environment variable"):

@@ -88,11 +88,14 @@ class Engine(StepVerbs):
                     share=local and pool.options.transport == "auto",
                     batched_infos=info_layout == "batched",
                 )
-                pool.shared = self._store.shared
+                pool.shared = self._store.memory
             deadline = deadline_in(pool.options.bound)
             pool.launcher.open(pool.workers, pool.shared, [], deadline)
-            if self._store is not None and self._store.shared is not None:
-                self._hot = HotPath(pool, self._state, self._store)
+            if self._store is not None and self._store.memory is not None:
+                # numeric infos get columns if some worker writes its rows in the batch's layout
+                self._store.use_columns = any(w.transport.hot for w in pool.workers)
+                if self._store.use_columns:
+                    self._hot = HotPath(pool, self._state, self._store)
             here = _here()
             workers_here = sum(w.node_id == here for w in pool.workers)
             driver_threads.add_workers(workers_here)  # (counted only if it returns)

@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: The values of `transport`.
-TRANSPORTS = ("auto", "pipe", "ray")
+TRANSPORTS = ("auto", "pipe", "tcp", "ray")
 #: The values of `on_actor_failure` and `on_env_error`.
 FAILURE_POLICIES = ("raise", "restart")
 #: How many times a worker may be restarted, and an env rebuilt, unless told otherwise.
@@ -60,8 +60,9 @@ class Options:
     Attributes:
         timeout: Seconds any one call may take, or None (wait as long as the envs take).
         on_actor_failure: ``"raise"`` or ``"restart"``.
-        transport: ``"auto"`` (pipes and shared memory to workers on the driver's node),
-            ``"pipe"`` (pipes only: everything serialized) or ``"ray"`` (Ray calls only).
+        transport: ``"auto"`` (pipes and shared memory to workers on the driver's node, a
+            TCP stream to the others), ``"pipe"`` (pipes only: everything serialized),
+            ``"tcp"`` (the TCP stream everywhere) or ``"ray"`` (Ray calls only).
         autoreset_mode: gymnasium's autoreset mode of the batched ``step``.
         check_actions: Whether actions are checked against the action space on the driver.
         actor_options: ``ray.remote`` options of every worker.

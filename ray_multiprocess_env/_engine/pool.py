@@ -108,7 +108,7 @@ class Pool:
         self.lost_episodes = LostEpisodes(self.num_envs)  # reports owed after restarts
         self._restarts: dict[int, int] = {}  # how many times each worker was restarted
         self.unstarted: set[int] = set()  # workers not known to be up (the user's actors)
-        self.shared: SharedBatch | None = None  # the batch in shared memory, once made
+        self.shared: SharedBatch | None = None  # the batch's memory (shared or not), once made
         self.columns: list[dict[str, Any]] = []  # the info columns in shared memory
 
     @classmethod
@@ -202,7 +202,7 @@ class Pool:
             "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
         )
         self.lost_episodes.owe(worker.envs, worker.generation + 1)  # (until handed over)
-        self.launcher.kill(worker, wait_gone=self.shared is not None)
+        self.launcher.kill(worker, wait_gone=self.shared is not None and bool(self.shared.spec))
         seeds = self.seeds.for_restart(worker.envs)
         worker.generation += 1
         fns = self._env_fns[worker.envs.start : worker.envs.stop]

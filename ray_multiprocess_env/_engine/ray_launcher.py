@@ -3,8 +3,10 @@
 Each worker is an `EnvWorker` actor created with the placement plan's options. Once it is up,
 its transport is chosen by where it runs: shared memory (with pipes for the messages) for a
 worker on the driver's node (``transport="auto"`` and spaces with a fixed layout), pipes alone
-for one whose batch has no layout or with ``transport="pipe"``, Ray calls for workers on other
-nodes, with ``transport="ray"``, and where the platform has no named pipes.
+for one whose batch has no layout or with ``transport="pipe"``, a TCP stream for workers on
+other nodes (``"auto"``) or everywhere (``"tcp"``), Ray calls with ``transport="ray"``, for
+workers on other nodes with ``"pipe"``, where the platform has no ``poll``, and for a worker
+that cannot be reached over TCP (one warning says why).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from ray_multiprocess_env._engine.transports.base import remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport, pipes_supported
 from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, RayCallTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.tcp import (
+    PORTS_VARIABLE,
+    TcpTransport,
+    ports_from_environment,
+)
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError
@@ -155,20 +162,26 @@ class RayLauncher:
         *,
         strict: bool = False,
     ) -> None:
-        """Pipes (and `shared` memory, with ``"auto"``) to the workers on this node.
+        """Each worker's transport for good, by where it runs (see the module docstring).
 
-        `strict`: a transport not up by `deadline` raises `TimeoutError` (else: logged, and
-        the worker goes on with pipes alone or Ray calls).
+        `shared`: the batch's memory (shared with this node's workers, or private); `strict`:
+        a transport not up by `deadline` raises `TimeoutError` (else: logged, and the worker
+        goes on with pipes alone or Ray calls).
         """
-        if self.options.transport == "ray" or not pipes_supported():
+        transport = self.options.transport
+        if transport == "ray" or not pipes_supported():
             return
         here = ray.get_runtime_context().get_node_id()
         grace = min(self.options.bound, 10.0)
+        ports = ports_from_environment() if transport in ("auto", "tcp") else None
         for worker in workers:
-            if worker.node_id != here:
+            span = (worker.envs.start, worker.envs.stop)
+            if transport == "tcp" or (transport == "auto" and worker.node_id != here):
+                self._open_tcp(worker, shared, span, columns, deadline, ports, strict)
                 continue
-            if shared is not None and self.options.transport == "auto":
-                span = (worker.envs.start, worker.envs.stop)
+            if worker.node_id != here:
+                continue  # (``"pipe"``: Ray calls off the driver's node)
+            if shared is not None and shared.spec is not None and transport == "auto":
                 try:
                     memory = SharedMemoryTransport(
                         worker.actor, deadline, grace, shared, span, columns
@@ -187,6 +200,37 @@ class RayLauncher:
                 if strict and isinstance(err, TimeoutError):
                     raise
                 logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), str(err))
+
+    def _open_tcp(
+        self,
+        worker: Worker,
+        batch: SharedBatch | None,
+        span: tuple[int, int],
+        columns: Sequence[dict[str, Any]],
+        deadline: float | None,
+        ports: tuple[int, int] | None,
+        strict: bool,
+    ) -> None:
+        """A TCP stream to `worker`; if it cannot be made, Ray calls and one warning why."""
+        grace = min(self.options.bound, 10.0)
+        try:
+            stream = TcpTransport(worker.actor, deadline, grace, batch, span, columns, ports)
+        except (OSError, RuntimeError, TimeoutError, RayError) as err:
+            if strict and isinstance(err, TimeoutError):
+                raise
+            logger.warning(
+                "Envs %s use Ray calls: their worker on node %s could not be reached over TCP "
+                "(%s: %s). Let the driver's node connect to the workers' nodes on the ports "
+                "they listen on (set a range with %s=first-last and open it in the firewall), "
+                "or pass transport='ray' to use Ray calls without trying.",
+                list(worker.envs),
+                worker.node_id,
+                type(err).__name__,
+                err,
+                PORTS_VARIABLE,
+            )
+            return  # (Ray calls wait behind the worker's `serve_stream` until it gives up)
+        worker.transport, self._serving[worker.index] = stream, stream.serve_ref
 
     def _stop_serving(self, worker: Worker) -> None:
         """After a transport that failed half-way: the worker's `serve` ends, Ray calls work."""

@@ -58,6 +58,7 @@ class BatchStore:
         self.columns: list[InfoColumn] = []
         self._blocks: list[ColumnBlock] = []
         self._learned: set[tuple[str, ...]] = set()
+        self.use_columns = share  # some worker writes numeric infos into columns (`learn`)
         self._memory: SharedBatch | None = None
         self._obs_list: list[Any] | None = None
         if covered(observation_space) and covered(action_space):
@@ -80,6 +81,11 @@ class BatchStore:
         """The shared memory, for the workers on this node to map (None if private)."""
         memory = self._memory
         return memory if memory is not None and memory.spec is not None else None
+
+    @property
+    def memory(self) -> SharedBatch | None:
+        """The batch's arrays, shared or private (None if the spaces have no fixed layout)."""
+        return self._memory
 
     @property
     def column_specs(self) -> list[dict[str, Any]]:
@@ -253,7 +259,7 @@ class BatchStore:
 
     def learn(self, parts: Iterable[tuple[int, Any]]) -> list[dict[str, Any]]:
         """Columns for the numeric info keys first seen in `parts`: the specs of new blocks."""
-        if self.shared is None or not self._batched_infos:
+        if not self.use_columns or self._memory is None or not self._batched_infos:
             return []
         new: list[tuple[Any, ...]] = []
         for _, (pieces, _) in parts:

@@ -22,7 +22,7 @@ import os
 import pickle
 import struct
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -32,8 +32,24 @@ from ray import cloudpickle
 from ray_multiprocess_env._protocol.infos import Piece
 from ray_multiprocess_env.errors import _EnvFailures, _WorkerError
 
-__all__ = ["HEADER", "Inbox", "Outbox", "answer", "dumps", "error_value", "loads", "serve"]
+__all__ = [
+    "HEADER",
+    "Inbox",
+    "Outbox",
+    "answer",
+    "dumps",
+    "encode_result",
+    "error_value",
+    "in_shared_memory",
+    "loads",
+    "run",
+    "serve",
+    "serve_fds",
+    "write_all",
+]
 
+#: What a message is written from: bytes, or a view of them.
+Buffer = bytes | bytearray | memoryview
 #: Sequence number and payload length of one message.
 HEADER = struct.Struct("<qq")
 
@@ -90,22 +106,26 @@ def loads(data: bytes) -> Any:
 
 def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
     """One framed reply; a value that cannot be serialized is replaced by an error naming why."""
+    data = encode_result(ok, value, env_indices, op)
+    return HEADER.pack(seq, len(data)) + data
+
+
+def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
+    """A reply's payload; a value that cannot be serialized becomes an error naming why."""
     try:
-        if ok and _in_shared_memory(value):  # (plain data: `dumps` need not look)
-            data = pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
-        else:
-            data = dumps((ok, value))
+        if ok and in_shared_memory(value):  # (plain data: `dumps` need not look)
+            return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        return dumps((ok, value))
     except Exception as err:
         culprits = _unserializable_envs(value, env_indices)
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         message = f"the result of `{op}` cannot be serialized: {type(err).__name__}: {err}"
         failures = [(i, type(err).__name__, message, text) for i in culprits]
         error = _EnvFailures(op, failures)
-        data = dumps((False, (error, str(error))))
-    return HEADER.pack(seq, len(data)) + data
+        return dumps((False, (error, str(error))))
 
 
-def _in_shared_memory(value: Any) -> bool:
+def in_shared_memory(value: Any) -> bool:
     """Whether `value` is a reply of rows and infos all in shared memory (every hot step's)."""
     if type(value) is not tuple or len(value) != 6:
         return False
@@ -177,6 +197,19 @@ def serve(
     """
     done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
     go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
+    try:
+        serve_fds(go_fd, done_fd, lambda seq, payload: [answer(handle, env_indices, seq, payload)])
+    finally:
+        os.close(go_fd)
+        os.close(done_fd)
+
+
+def serve_fds(go_fd: int, done_fd: int, respond: Callable[[int, bytes], Sequence[Buffer]]) -> None:
+    """Answer each message read from `go_fd` with what `respond` makes of it, on `done_fd`.
+
+    Both descriptors block (they may be one socket). Returns at the end of the input, or when
+    the driver goes away mid-message.
+    """
     pending = b""  # what was read beyond the last whole message
     scratch = bytearray(1 << 16)  # (``os.read`` would allocate its size at every read)
     try:
@@ -184,7 +217,7 @@ def serve(
             while len(pending) < HEADER.size:  # a whole message, usually in one read
                 count = os.readv(go_fd, [scratch])
                 if not count:
-                    return  # the driver closed the pipe (or died)
+                    return  # the driver closed its end (or died)
                 pending += scratch[:count]
             seq, size = HEADER.unpack_from(pending)
             end = HEADER.size + size
@@ -194,26 +227,31 @@ def serve(
                     return
                 pending += rest
             payload, pending = pending[HEADER.size : end], pending[end:]
-            _write_all(done_fd, answer(handle, env_indices, seq, payload))
+            write_all(done_fd, respond(seq, payload))
     except OSError:
         return  # the driver went away mid-message
-    finally:
-        os.close(go_fd)
-        os.close(done_fd)
 
 
 def answer(
     handle: Callable[[str, tuple[Any, ...]], Any], env_indices: list[int], seq: int, payload: bytes
 ) -> bytes:
     """Run the operation in `payload` with `handle`: the framed reply (errors included)."""
+    op, ok, value = run(handle, payload)
+    return encode_reply(seq, ok, value, env_indices, op)
+
+
+def run(handle: Callable[[str, tuple[Any, ...]], Any], payload: bytes) -> tuple[str, bool, Any]:
+    """The operation in `payload` run with `handle`: its name, whether it went well, its value.
+
+    The value of an operation that raised is ``(the exception or a stand-in, its traceback)``.
+    """
     op = "?"
     try:
         op, args = loads(payload)
-        ok, value = True, handle(op, args)
+        return op, True, handle(op, args)
     except Exception as err:
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        ok, value = False, (error_value(err), text)
-    return encode_reply(seq, ok, value, env_indices, op)
+        return op, False, (error_value(err), text)
 
 
 def _read_exact(fd: int, size: int) -> bytes | None:
@@ -228,9 +266,13 @@ def _read_exact(fd: int, size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` to a blocking `fd`."""
-    view = memoryview(data)
+def write_all(fd: int, buffers: Sequence[Buffer]) -> None:
+    """Write all of `buffers`, in order, to a blocking `fd`."""
+    total = sum(len(b) for b in buffers)
+    written = os.writev(fd, buffers) if len(buffers) > 1 else os.write(fd, buffers[0])
+    if written == total:
+        return
+    view = memoryview(b"".join(buffers))[written:]  # (a signal cut the write short)
     while view:
         view = view[os.write(fd, view) :]
 
@@ -313,6 +355,8 @@ class Inbox:
                     count = os.readv(fd, [scratch])
                 except BlockingIOError:
                     break
+                except OSError:  # a socket reset by the worker's end: as its end
+                    count = 0
                 if not count:
                     ended = True
                     break

@@ -102,6 +102,7 @@ class BatchViews(NamedTuple):
     terminations: np.ndarray
     truncations: np.ndarray
     action_leaves: list[np.ndarray]
+    observation_leaves: list[np.ndarray]
 
 
 class _Memory:
@@ -198,7 +199,8 @@ class SharedBatch:
         action_space = self._layout["action_space"]
         action_count = len(_leaves(action_space) or [])
         action_leaves = arrays[:action_count]
-        observations = _nest(self._layout["observation_space"], iter(arrays[action_count:-3]))
+        observation_leaves = arrays[action_count:-3]
+        observations = _nest(self._layout["observation_space"], iter(observation_leaves))
         rewards, terminations, truncations = arrays[-3:]
         return BatchViews(
             _nest(action_space, iter(action_leaves)),
@@ -207,7 +209,13 @@ class SharedBatch:
             terminations,
             truncations,
             action_leaves,
+            observation_leaves,
         )
+
+    @property
+    def action_space(self) -> spaces.Space[Any]:
+        """The action space whose batch the actions are laid out as."""
+        return self._layout["action_space"]  # type: ignore[no-any-return]
 
     def close(self) -> bool:
         """Release the memory (see `_Memory.close`)."""
@@ -236,10 +244,12 @@ class ColumnBlock:
         self.spec, self._memory = spec, memory
 
     @classmethod
-    def create(cls, columns: Sequence[tuple[Any, ...]], num_envs: int) -> ColumnBlock:
-        """A memory file with a column for each spec in `columns`."""
+    def create(
+        cls, columns: Sequence[tuple[Any, ...]], num_envs: int, *, share: bool = True
+    ) -> ColumnBlock:
+        """A memory file with a column for each spec in `columns` (`share`: else private)."""
         spec = {"num_envs": num_envs, "columns": list(columns)}
-        memory, path = _Memory.create(_column_offsets(spec)[1], True)
+        memory, path = _Memory.create(_column_offsets(spec)[1], share)
         return cls({**spec, "path": path}, memory)
 
     @classmethod

@@ -12,13 +12,16 @@ Every env method runs on one thread: the actor's main thread, which built the en
 the calls of a plain (non-threaded) actor there, and the same-node pipe transport is served
 there too (`serve` holds the main thread and dispatches each message exactly as a Ray call
 would be), so envs bound to their thread (OpenGL/EGL contexts, pygame, ``signal.alarm``) work
-with every transport. This module imports nothing of the driver side.
+with every transport; so is the TCP stream of a worker on another node (`serve_stream`). This
+module imports nothing of the driver side.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +29,7 @@ import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
 
-from ray_multiprocess_env._protocol import pipes
+from ray_multiprocess_env._protocol import pipes, stream
 from ray_multiprocess_env._protocol.infos import InfoBatcher
 from ray_multiprocess_env._worker.batch import Rebuild, Reply, WorkerBatch
 from ray_multiprocess_env._worker.rows import WorkerRows
@@ -107,6 +110,7 @@ class EnvWorker:
         )
         if restart_seeds is not None:
             self._batch.restarted(restart_seeds)
+        self._listener: tuple[socket.socket, bytes] | None = None  # `listen`'s, for `serve_stream`
 
     # -- the two ways in: a Ray call, or the same-node pipe ------------------------------------
     def handle(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -126,6 +130,59 @@ class EnvWorker:
             pipes.serve(_plain_handle(self), self.env_indices, go, done)
         finally:
             self._unshare()  # Ray calls answer with arrays again
+
+    def listen(self, secret: bytes, ports: tuple[int, int] | None) -> tuple[str, int]:
+        """Listen on this node's address for the driver that holds `secret`: the address.
+
+        `ports`: the range to listen in (None: a port the kernel picks). `serve_stream`, the
+        next call, serves the driver once it is in.
+        """
+        host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        listener = stream.listen(host, ports)
+        self._listener = (listener, secret)
+        return host, int(listener.getsockname()[1])
+
+    def serve_stream(self, accept_s: float) -> None:
+        """Serve the driver over TCP, on the thread that built the envs, until it leaves.
+
+        Waits `accept_s` seconds at most for it to connect and prove it holds the secret given
+        to `listen` (then returns, and Ray calls work again). Every operation must then come
+        over the stream (Ray calls would wait behind this one).
+        """
+        if self._listener is None:
+            return  # `listen` failed: the driver uses Ray calls
+        (listener, secret), self._listener = self._listener, None
+        sock = stream.accept_driver(listener, secret, time.monotonic() + accept_s)
+        if sock is None:
+            return
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            fd = sock.fileno()
+            pipes.serve_fds(fd, fd, self._stream_respond())
+        finally:
+            sock.close()
+            self._unshare()
+
+    def _stream_respond(self) -> Callable[[int, bytes], list[pipes.Buffer]]:
+        """How `serve_stream` answers a message: actions in, reply and the rows written out."""
+        handle, rows, indices = _plain_handle(self), self._rows, self.env_indices
+
+        def respond(seq: int, payload: bytes) -> list[pipes.Buffer]:
+            tail = stream.split_tail(payload)
+            try:
+                if len(tail):
+                    rows.take_actions(tail)
+            except Exception as err:  # (not from this library's driver)
+                op, ok, value = "step", False, (pipes.error_value(err), repr(err))
+            else:
+                op, ok, value = pipes.run(handle, payload)
+            data = pipes.encode_result(ok, value, indices, op)
+            rows_out = rows.written_tail()
+            size = sum(len(part) for part in rows_out)
+            end = stream.trailer(size)
+            return [pipes.HEADER.pack(seq, len(data) + size + len(end)), data, *rows_out, end]
+
+        return respond
 
     # -- the batch ------------------------------------------------------------------------------
     def _op_reset(
@@ -152,6 +209,13 @@ class EnvWorker:
         resets write their rows there and answer None in their place.
         """
         self._rows.share(spec, start, stop)
+
+    def _op_mirror(self) -> None:
+        """Keep the rows here and send them after each reply (`WorkerRows.mirror`).
+
+        From now on the actions of a ``step`` sent as None arrive as raw rows after the message.
+        """
+        self._rows.mirror()
 
     def _op_share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
         """Write numeric info keys that have a column in shared memory there (`ColumnBlock`)."""

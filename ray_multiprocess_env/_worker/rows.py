@@ -3,8 +3,11 @@
 A worker writes each env's observation, reward and flags into its rows as the env answers. The
 rows live in the driver's shared memory once the driver has shared it (`share`, same node only:
 then a reply carries none of them), else in memory of the worker's own with the same layout,
-sent in each reply. Spaces with no fixed layout (Text, Graph, ...) keep a list of observations
-that is stacked for each reply. This module imports nothing of the driver side.
+sent in each reply. Over a TCP stream (`mirror`) they stay in the worker's own memory and the
+stream carries the rows each call wrote as raw bytes after the reply (`written_tail`), and the
+actions the other way (`take_actions`). Spaces with no fixed layout (Text, Graph, ...) keep a
+list of observations that is stacked for each reply. This module imports nothing of the driver
+side.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ray_multiprocess_env._protocol.infos import InfoColumn
+from ray_multiprocess_env._protocol.pipes import Buffer
 from ray_multiprocess_env._protocol.shared_layout import (
     BatchViews,
     ColumnBlock,
@@ -23,9 +27,12 @@ from ray_multiprocess_env._protocol.shared_layout import (
     covered,
     read_actions,
 )
+from ray_multiprocess_env._protocol.stream import RowTarget, pack_rows, unpack_rows
 from ray_multiprocess_env.batch import stack, take, write_row
 
 __all__ = ["WorkerRows"]
+
+_NOTHING: Any = ()  # no rows written since the last tail (None stands for every row)
 
 
 class WorkerRows:
@@ -55,6 +62,8 @@ class WorkerRows:
         self.columns: list[InfoColumn] = []
         self._blocks: dict[str, ColumnBlock] = {}
         self._span = (0, count)
+        self._mirrored = False  # `mirror`: the rows travel after each reply
+        self._written: Any = _NOTHING  # the positions written since the last tail
         self._private: SharedBatch | None = None
         if uniform and all(s is not None and covered(s) for s in self._spaces):
             self._private = SharedBatch.create(*self._spaces, count, share=False)
@@ -85,6 +94,8 @@ class WorkerRows:
         self, positions: Sequence[int] | None, infos: Any, old_api: bool
     ) -> tuple[Any, Any, Any, Any, Any, bool]:
         """The reply to a ``reset`` or ``step`` of the envs at `positions` (all if None)."""
+        if self._mirrored:
+            self._written = positions
         if self.shared is not None:
             return None, None, None, None, infos, old_api
         space = self._spaces[0]
@@ -115,23 +126,54 @@ class WorkerRows:
         self._use(views)
         self.shared, self._span = views, (start, stop)
 
+    def mirror(self) -> None:
+        """Keep the rows here and send those a call wrote after its reply (a TCP stream)."""
+        if self._private is None:
+            raise ValueError("these envs' spaces have no shared layout")
+        self.shared = self._private.views(0, self._count)
+        self._mirrored, self._written = True, _NOTHING
+
+    def take_actions(self, tail: memoryview) -> None:
+        """Write the actions that arrived as raw rows (`stream.pack_rows`) into the rows."""
+        assert self.shared is not None
+        unpack_rows(tail, [RowTarget(leaf) for leaf in self.shared.action_leaves])
+
+    def written_tail(self) -> list[Buffer]:
+        """The rows (and info columns) written since the last tail, as raw bytes; [] if none."""
+        if not self._mirrored or self._written is _NOTHING:
+            return []
+        assert self.shared is not None
+        views, positions, self._written = self.shared, self._written, _NOTHING
+        arrays = [*views.observation_leaves, views.rewards, views.terminations, views.truncations]
+        for column in self.columns:
+            arrays += [column.values, column.mask]
+        return pack_rows(arrays, positions)
+
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> list[InfoColumn]:
-        """Map the info columns of `specs` not mapped yet; every column, this worker's rows."""
+        """Map the info columns of `specs` not mapped yet; every column, this worker's rows.
+
+        Mirrored rows get columns of their own with the same layout, sent with the rows.
+        """
         if self.shared is not None:
             start, stop = self._span
             for spec in specs:
                 if spec["path"] not in self._blocks:
-                    block = self._blocks[spec["path"]] = ColumnBlock.attach(spec)
+                    if self._mirrored:
+                        block = ColumnBlock.create(spec["columns"], self._count, share=False)
+                    else:
+                        block = ColumnBlock.attach(spec)
+                    self._blocks[spec["path"]] = block
                     self.columns += block.columns(start, stop)
         return self.columns
 
     def unshare(self) -> None:
         """Move back to memory of this worker's own (the driver stopped sharing)."""
-        if self.shared is not None and self._private is not None:
+        if self.shared is not None and self._private is not None and not self._mirrored:
             mine = self._private.views(0, self._count)
             _copy_rows(mine, self.shared)
             self._use(mine)
         self.shared, self._blocks, self.columns = None, {}, []
+        self._mirrored, self._written = False, _NOTHING
 
     def _use(self, views: BatchViews) -> None:
         self.observations = views.observations

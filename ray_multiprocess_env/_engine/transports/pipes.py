@@ -64,11 +64,13 @@ class _PipeWaiter:
             poller, readers, writers = self._poller(pipes)
             left = remaining(deadline)
             ready = poller.poll(None if left is None else int(left * 1000) + 1)
-            for fd, _ in ready:
-                if fd in readers:
-                    readers[fd].pump()
-                else:
-                    writers[fd].flush()
+            for fd, event in ready:
+                writer = writers.get(fd)
+                if writer is not None and (event & select.POLLOUT or fd not in readers):
+                    writer.flush()
+                reader = readers.get(fd)
+                if reader is not None and (writer is None or event & ~select.POLLOUT):
+                    reader.pump()
             if not ready and left is not None and left <= 0:
                 return
 
@@ -83,8 +85,8 @@ class _PipeWaiter:
         for pipe in pipes:
             readers[pipe.fileno()] = pipe
             poller.register(pipe.fileno(), select.POLLIN)
-        for fd in writers:  # a message still half in its out-buffer
-            poller.register(fd, select.POLLOUT)
+        for fd in writers:  # a message still half in its out-buffer (a socket reads too)
+            poller.register(fd, select.POLLOUT | (select.POLLIN if fd in readers else 0))
         self._last = None if writers else (pipes, poller, readers)
         return poller, readers, writers
 
@@ -107,25 +109,7 @@ class PipeTransport:
     hot = False
 
     def __init__(self, actor: Any, deadline: float | None, grace: float) -> None:
-        _remove_orphans()
-        directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_pipe_dir())
-        go, done = os.path.join(directory, "go"), os.path.join(directory, "done")
-        try:
-            os.mkfifo(go, 0o600)
-            os.mkfifo(done, 0o600)
-            self._done = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
-            try:
-                self.serve_ref = actor.serve.remote(go, done)
-                self._go = self._open_writer(go, deadline)
-            except BaseException:
-                _release(go)  # a `serve` waiting to open `go` returns, so Ray calls work again
-                os.close(self._done)
-                raise
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)  # open pipes outlive their names
-        for fd in (self._go, self._done):
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        self._go, self._done, self.serve_ref = self._connect(actor, deadline)
         self._grace = grace
         self._seq = 0
         self._answered = 0  # the sequence number of the last reply read
@@ -134,12 +118,36 @@ class PipeTransport:
         self._inbox = Inbox(deferred_interrupts)
         self.broken = False  # the pipe closed: the worker died, or serving ended
 
+    def _connect(self, actor: Any, deadline: float | None) -> tuple[int, int, Any]:
+        """Start the worker's `serve` over new pipes: their "go" and "done" ends, and the call."""
+        _remove_orphans()
+        directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_pipe_dir())
+        go, done = os.path.join(directory, "go"), os.path.join(directory, "done")
+        try:
+            os.mkfifo(go, 0o600)
+            os.mkfifo(done, 0o600)
+            done_fd = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
+            try:
+                serve_ref = actor.serve.remote(go, done)
+                go_fd = self._open_writer(go, serve_ref, deadline)
+            except BaseException:
+                _release(go)  # a `serve` waiting to open `go` returns, so Ray calls work again
+                os.close(done_fd)
+                raise
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)  # open pipes outlive their names
+        for fd in (go_fd, done_fd):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        return go_fd, done_fd, serve_ref
+
     @property
     def idle(self) -> bool:
         """Whether the worker has answered every message sent to it."""
         return self._answered == self._seq
 
-    def _open_writer(self, path: str, deadline: float | None) -> int:
+    @staticmethod
+    def _open_writer(path: str, serve_ref: Any, deadline: float | None) -> int:
         """Open `path` for writing once the worker's `serve` has opened it for reading."""
         while True:
             try:
@@ -147,9 +155,9 @@ class PipeTransport:
             except OSError as err:
                 if err.errno != errno.ENXIO:
                     raise
-                ready, _ = ray.wait([self.serve_ref], timeout=0)
+                ready, _ = ray.wait([serve_ref], timeout=0)
                 if ready:  # `serve` ended before opening: the worker failed
-                    ray.get(self.serve_ref)
+                    ray.get(serve_ref)
                     raise RuntimeError("the worker stopped serving its pipe") from err
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError("the worker did not open its end of the pipe") from err
@@ -244,7 +252,7 @@ class PipeTransport:
             Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
         )
         if self._go >= 0:
-            for fd in (self._go, self._done):
+            for fd in {self._go, self._done}:  # (one socket is both)
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._go = self._done = -1

@@ -24,10 +24,10 @@ from ray_multiprocess_env._engine.transports.pipes import PipeTransport, decode_
 from ray_multiprocess_env._protocol.pipes import dumps
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
 
-__all__ = ["SharedMemoryTransport"]
+__all__ = ["DOORBELL", "SharedMemoryTransport"]
 
 #: A full step whose actions are in shared memory.
-_DOORBELL = dumps(("step", (None, None)))
+DOORBELL = dumps(("step", (None, None)))
 
 
 class SharedMemoryTransport(PipeTransport):
@@ -52,16 +52,24 @@ class SharedMemoryTransport(PipeTransport):
         columns: Sequence[dict[str, Any]] = (),
     ) -> None:
         super().__init__(actor, deadline, grace)
+        share = Ticket(-1, -1, "share", (batch.spec, *span), tuple(range(*span)))
+        self._use_rows(batch, span, share, deadline)
+        if columns:
+            self.share_infos(columns)
+
+    def _use_rows(
+        self, batch: SharedBatch, span: tuple[int, int], share: Ticket, deadline: float | None
+    ) -> None:
+        """Views of rows `span` of `batch`; `share` has the worker use them (waited for)."""
         self._views = batch.views(*span)
-        self._action_space: Any = batch.spec["action_space"] if batch.spec else None
+        self._action_space: Any = batch.action_space
         leaves = self._views.action_leaves
         self._leaf = leaves[0] if len(leaves) == 1 else None  # (the common case, fast)
-        self._actions_shared = False  # the worker maps the memory: actions may go through it
+        self._actions_shared = False  # the worker uses the rows: actions may go through them
         self._share_seq = -1
-        share = Ticket(-1, -1, "share", (batch.spec, *span), tuple(range(*span)))
         try:
             self.submit(share)
-            self._share_seq = share.handle  # its reply says whether the worker maps the memory
+            self._share_seq = share.handle  # its reply says whether the worker uses the rows
             self.waiter.wait([share], deadline, 1)
             if share.outcome is None:
                 self.forget(share)
@@ -71,26 +79,28 @@ class SharedMemoryTransport(PipeTransport):
         except BaseException:  # half made: its pipes closed, so the worker's `serve` ends
             self.close()
             raise
-        if columns:
-            self.share_infos(columns)
 
     def encode(self, ticket: Ticket) -> bytes:
         """The operation; a step's actions go into shared memory when they fit (a doorbell)."""
         if ticket.shared_args and self._actions_shared and self.idle:
             actions, positions = ticket.args
-            leaf = self._leaf
-            if (
-                positions is None
-                and leaf is not None
-                and type(actions) is np.ndarray
-                and actions.dtype == leaf.dtype
-                and actions.shape == leaf.shape
-            ):
-                leaf[...] = actions
-                return _DOORBELL
-            if write_actions(self._views, self._action_space, actions, positions):
-                return dumps((ticket.op, (None, positions)))
+            if self._place(actions, positions):
+                return DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
         return dumps((ticket.op, ticket.args))
+
+    def _place(self, actions: Any, positions: Any) -> bool:
+        """Write a step's `actions` into the rows (at `positions`) if they fit their layout."""
+        leaf = self._leaf
+        if (
+            positions is None
+            and leaf is not None
+            and type(actions) is np.ndarray
+            and actions.dtype == leaf.dtype
+            and actions.shape == leaf.shape
+        ):
+            leaf[...] = actions
+            return True
+        return write_actions(self._views, self._action_space, actions, positions)
 
     def can_ring(self, actions: Any) -> bool:
         """Whether `ring` can send a step of all of this worker's envs with these `actions`.
@@ -121,7 +131,7 @@ class SharedMemoryTransport(PipeTransport):
         self._seq = seq = self._seq + 1
         ticket.handle = seq
         self._waiting[seq] = ticket
-        if not self._outbox.send(self._go, seq, _DOORBELL):
+        if not self._outbox.send(self._go, seq, DOORBELL):
             self._break()  # the worker closed its end: it is gone (as in `submit`)
 
     def _received(self, seq: int, payload: bytes) -> None:

@@ -1,0 +1,199 @@
+"""Workers on another node: the TCP stream beside Ray calls, and beside pipes on the driver's node.
+
+Run by hand from the repository root, on a machine with nothing else running (it writes the
+``remote`` section of docs/cluster.md):
+
+    python -m benchmarks.remote_workers
+
+Starts a head node (the driver's) and a second node on this machine (`ray.cluster_utils.Cluster`,
+each with its own raylet and a custom resource that pins workers to it). The same two workers
+then run on the second node over the TCP stream (``transport="auto"``) and over Ray calls
+(``"ray"``), and on the driver's node over pipes (``"pipe"``) and shared memory (``"auto"``):
+HalfCheetah-v5 2 x 8 and CartPole-v1 2 x 64 in lockstep with pre-drawn actions,
+HalfCheetah-v5 2 x 8 first-ready (``recv(8)``/``send``), and the driver's CPU time per round
+trip of one worker of 8 HalfCheetahs (``time.process_time`` per ``step``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+from ray.cluster_utils import Cluster
+
+from benchmarks.envs import action_samples, halfcheetah
+from benchmarks.report import write_section
+from ray_multiprocess_env import GymnasiumVectorEnv
+
+ROOT = Path(__file__).resolve().parent.parent
+CORES = os.cpu_count() or 1
+#: Where the workers run and over what: (label, custom resource of the node, transport).
+SETTINGS = [
+    ("second node, TCP stream", "node_b", "auto"),
+    ("second node, Ray calls", "node_b", "ray"),
+    ("driver's node, pipes", "head", "pipe"),
+    ("driver's node, shared memory", "head", "auto"),
+]
+#: The transport each setting's workers must have got (a fallback would void the numbers).
+EXPECTED = {
+    "node_b/auto": "tcp",
+    "node_b/ray": "ray",
+    "head/pipe": "pipe",
+    "head/auto": "shared_memory",
+}
+
+
+def cartpole() -> gym.Env[Any, Any]:
+    """CartPole-v1."""
+    return gym.make("CartPole-v1")
+
+
+def _vec(
+    env_fn: Callable[[], Any], workers: int, per_worker: int, node: str, transport: str
+) -> GymnasiumVectorEnv:
+    envs = GymnasiumVectorEnv(
+        [env_fn] * (workers * per_worker),
+        envs_per_worker=per_worker,
+        actor_options={"num_cpus": 1, "resources": {node: 1}},
+        transport=transport,
+    )
+    kinds = {worker.transport.kind for worker in envs._engine._pool.workers}  # (private engine)
+    if kinds != {EXPECTED[f"{node}/{transport}"]}:
+        envs.close()
+        raise RuntimeError(f"{node}/{transport}: the workers got {kinds}")
+    return envs
+
+
+def lockstep(envs: GymnasiumVectorEnv, seconds: float) -> tuple[float, float]:
+    """Env steps/s of `step` with pre-drawn actions, and the driver's CPU seconds per step."""
+    actions = action_samples(envs.action_space)
+    envs.reset(seed=0)
+    for t in range(20):
+        envs.step(actions[t % 64])
+    count, cpu, start = 0, time.process_time(), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        envs.step(actions[count % 64])
+        count += 1
+    wall = time.perf_counter() - start
+    return count * envs.num_envs / wall, (time.process_time() - cpu) / count
+
+
+def first_ready(envs: GymnasiumVectorEnv, batch_size: int, seconds: float) -> float:
+    """Env steps/s of ``recv(batch_size)`` followed by `send` of the envs received."""
+    single = envs.single_action_space
+    actions = np.stack([single.sample() for _ in range(envs.num_envs)])
+    envs.async_reset(seed=0)
+    envs.recv()
+    envs.send(actions, list(range(envs.num_envs)))
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        *_, infos = envs.recv(batch_size=batch_size)
+        ids = infos["env_id"].tolist()
+        steps += len(ids)
+        envs.send(actions[: len(ids)], ids)
+    rate = steps / (time.perf_counter() - start)
+    envs.recv()
+    return rate
+
+
+def measure(seconds: float) -> dict[str, dict[str, float]]:
+    """Every setting's figures (env steps/s; the driver's µs per round trip)."""
+    results: dict[str, dict[str, float]] = {}
+    for label, node, transport in SETTINGS:
+        row = results[label] = {}
+        for name, env_fn, per_worker in (
+            ("HalfCheetah", halfcheetah, 8),
+            ("CartPole", cartpole, 64),
+        ):
+            envs = _vec(env_fn, 2, per_worker, node, transport)
+            try:
+                row[f"{name} lockstep"], _ = lockstep(envs, seconds)
+                if name == "HalfCheetah":
+                    row["HalfCheetah first-ready"] = first_ready(envs, 8, seconds)
+            finally:
+                envs.close()
+        envs = _vec(halfcheetah, 1, 8, node, transport)
+        try:
+            _, cpu = lockstep(envs, seconds)
+            row["driver us per round trip"] = cpu * 1e6
+        finally:
+            envs.close()
+        print(label, {k: round(v) for k, v in row.items()}, file=sys.stderr)
+    return results
+
+
+def main() -> None:
+    """Start the cluster, measure every setting, write the section."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "cluster.md"))
+    args = parser.parse_args()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "resources": {"head": 2}, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=2, resources={"node_b": 2})
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
+    try:
+        results = measure(args.seconds)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    write_section(Path(args.out), "remote", _report(results, args.seconds))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def _report(results: dict[str, dict[str, float]], seconds: float) -> str:
+    command = "python -m benchmarks.remote_workers" + (
+        f" --seconds {seconds:g}" if seconds != 5 else ""
+    )
+    versions = ", ".join(f"{p} {version(p)}" for p in ("ray", "gymnasium", "numpy"))
+    columns = [
+        "HalfCheetah lockstep",
+        "CartPole lockstep",
+        "HalfCheetah first-ready",
+        "driver us per round trip",
+    ]
+    lines = [
+        "## Workers on the second node, measured",
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Machine: {CORES} CPUs shared by both nodes and the driver, Python "
+        f"{platform.python_version()}; {versions}",
+        "",
+        "Env steps/s (HalfCheetah-v5 2 workers x 8 envs, CartPole-v1 2 x 64, first-ready "
+        "`recv(8)`/`send`), and the driver's CPU per `step` of one worker of 8 HalfCheetahs "
+        "(µs); one run each, in one session. In brackets: the ratio to pipes on the driver's node.",
+        "",
+        "| workers | HalfCheetah 2 x 8 | CartPole 2 x 64 | HalfCheetah first-ready | "
+        "driver µs per round trip |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    pipes = results["driver's node, pipes"]
+    for label, row in results.items():
+        cells = [f"{row[c]:,.0f} ({row[c] / pipes[c]:.2f}x)" for c in columns]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    stream, calls = results["second node, TCP stream"], results["second node, Ray calls"]
+    lines += [
+        "",
+        "The stream against Ray calls, same workers on the second node: "
+        + ", ".join(f"{c} {stream[c] / calls[c]:.2f}x" for c in columns[:3])
+        + f"; the driver's CPU per round trip {stream[columns[3]] / calls[columns[3]]:.2f}x.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The TCP stream transport: a worker on another node served as on the driver's node.
+
+A Ray actor call costs the driver about 0.4 ms (docs/cluster.md), five times a same-node
+worker's round trip over shared memory. Ray places, restarts and controls the workers; the data
+takes a TCP connection of the driver's own to each: the worker listens on its node's address
+(`EnvWorker.listen`, a Ray call that also hands it a random secret), the driver connects, the
+two prove to each other that they hold the secret (`_protocol/stream.py`), and the worker
+serves the connection on the thread that built its envs (`EnvWorker.serve_stream`) exactly as it
+serves pipes. The messages are framed as on the pipes and take the same buffers, waits and
+interrupt guards (`PipeTransport`).
+
+The rows travel as raw bytes in the layout of the shared memory: the driver keeps the batch in
+its own memory (`SharedBatch`, private), writes a step's actions there and sends them after the
+doorbell; the worker keeps its rows in memory of its own (`WorkerRows.mirror`) and sends the
+rows (and info columns) each call wrote after its reply, which the driver copies into the batch
+as the reply is read. So the engine sees a worker on another node exactly as one on shared
+memory, hot path included. Spaces with no fixed layout travel serialized, as over pipes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
+from ray_multiprocess_env._engine.transports.pipes import PipeTransport
+from ray_multiprocess_env._engine.transports.shared_memory import (
+    DOORBELL,
+    SharedMemoryTransport,
+)
+from ray_multiprocess_env._protocol.pipes import dumps
+from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
+from ray_multiprocess_env._protocol.stream import (
+    RowTarget,
+    handshake_driver,
+    pack_rows,
+    split_tail,
+    trailer,
+    unpack_rows,
+)
+from ray_multiprocess_env.errors import RemoteFailure
+
+__all__ = ["PORTS_VARIABLE", "TcpTransport", "ports_from_environment"]
+
+#: The environment variable that sets the range of ports workers listen in (``first-last``).
+PORTS_VARIABLE = "RAY_MULTIPROCESS_ENV_TCP_PORTS"
+#: Seconds a worker waits for its driver to connect when the call has no deadline.
+_ACCEPT_S = 60.0
+_NO_TAIL = trailer(0)
+
+
+def ports_from_environment() -> tuple[int, int] | None:
+    """The port range `PORTS_VARIABLE` sets, or None; a ValueError naming it if malformed."""
+    value = os.environ.get(PORTS_VARIABLE, "").strip()
+    if not value:
+        return None
+    first, _, last = value.partition("-")
+    try:
+        ports = (int(first), int(last or first))
+    except ValueError:
+        ports = (0, -1)
+    if not 1 <= ports[0] <= ports[1] <= 65535:
+        raise ValueError(
+            f"the {PORTS_VARIABLE} environment variable must be a port range like "
+            f"'50000-50100' (or one port), got {value!r}."
+        )
+    return ports
+
+
+class TcpTransport(SharedMemoryTransport):
+    """A TCP connection to one worker, with the rows of `span` of `batch` as raw bytes.
+
+    Args:
+        actor: The worker (`EnvWorker`).
+        deadline: When connecting must be done by (None: 60 s for the worker to be reached).
+        grace: Seconds to wait for Ray's word on a worker whose connection ended.
+        batch: The driver's batch (None: the spaces have no layout; everything is pickled).
+        span: The worker's rows of it.
+        columns: The info columns made so far (`ColumnBlock` specs).
+        ports: The range the worker listens in (None: a port the kernel picks).
+
+    Raises:
+        OSError: If the worker cannot listen or be reached (a firewall).
+        ConnectionError: If the other end does not prove it is the worker.
+        TimeoutError: If connecting takes past `deadline`.
+    """
+
+    kind = "tcp"
+
+    def __init__(
+        self,
+        actor: Any,
+        deadline: float | None,
+        grace: float,
+        batch: SharedBatch | None,
+        span: tuple[int, int],
+        columns: Sequence[dict[str, Any]] = (),
+        ports: tuple[int, int] | None = None,
+    ) -> None:
+        self._ports, self._span = ports, span
+        self._targets: list[RowTarget] = []  # what the rows after a reply fill, in order
+        self._blocks: list[ColumnBlock] = []  # the driver's info columns, mapped once more
+        PipeTransport.__init__(self, actor, deadline, grace)
+        if batch is None:
+            self._views, self._leaf, self._actions_shared = None, None, False  # type: ignore[assignment]
+            self._share_seq = -1
+            return
+        mirror = Ticket(-1, -1, "mirror", (), tuple(range(*span)))
+        self._use_rows(batch, span, mirror, deadline)
+        views = self._views
+        arrays = [*views.observation_leaves, views.rewards, views.terminations, views.truncations]
+        self._targets = [RowTarget(array) for array in arrays]
+        if columns:
+            self.share_infos(columns)
+
+    def _connect(self, actor: Any, deadline: float | None) -> tuple[int, int, Any]:
+        """Have the worker listen, connect, and prove to each other who we are."""
+        secret = os.urandom(32)
+        address = actor.listen.remote(secret, self._ports)
+        left = remaining(deadline)
+        serve_ref = actor.serve_stream.remote(_ACCEPT_S if left is None else left)
+        until = time.monotonic() + (_ACCEPT_S if left is None else left)
+        host, port = ray.get(address, timeout=remaining(until))
+        sock = socket.create_connection((host, port), timeout=remaining(until))
+        try:
+            handshake_driver(sock, secret, until)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        fd = sock.detach()  # (closed as the pipes' ends are)
+        return fd, fd, serve_ref
+
+    def encode(self, ticket: Ticket) -> bytes:
+        """The operation; a step's actions that fit the rows' layout follow it as raw rows."""
+        if ticket.shared_args and self._actions_shared:
+            actions, positions = ticket.args
+            if self._place(actions, positions):
+                head = DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
+                return self._with_actions(head, positions)
+        return dumps((ticket.op, ticket.args)) + _NO_TAIL
+
+    def _with_actions(self, head: bytes, positions: Any) -> bytes:
+        parts = pack_rows(self._views.action_leaves, positions)
+        size = sum(len(part) for part in parts)
+        return b"".join([head, *parts, trailer(size)])
+
+    def ring(self, ticket: Ticket, actions: Any) -> None:
+        """Send `ticket`, a step of all of this worker's envs (after `can_ring`).
+
+        Call it with interrupts held back. The actions go into the driver's rows and after
+        the doorbell.
+        """
+        self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
+        data = self._with_actions(DOORBELL, None)
+        ticket.transport = self
+        self._seq = seq = self._seq + 1
+        ticket.handle = seq
+        self._waiting[seq] = ticket
+        if not self._outbox.send(self._go, seq, data):
+            self._break()  # the worker closed its end: it is gone (as in `submit`)
+
+    def _received(self, seq: int, payload: bytes) -> None:
+        """Copy the rows after the reply into the batch, then settle the ticket.
+
+        The rows are copied for a ticket given up on too: a worker on shared memory would have
+        written them there.
+        """
+        tail = split_tail(payload)
+        if len(tail):
+            try:
+                unpack_rows(tail, self._targets)
+            except (ValueError, IndexError) as err:
+                ticket = self._waiting.pop(seq, None)
+                if ticket is not None:
+                    cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
+                    ticket.outcome = Outcome(False, error=cause)
+                return
+        super()._received(seq, payload)
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Have the worker send numeric infos as columns, copied into the driver's columns."""
+        if self._views is None:
+            return  # (no layout: infos travel in the replies)
+        for spec in specs:
+            block = ColumnBlock.attach(spec)
+            self._blocks.append(block)
+            for column in block.columns(*self._span):
+                self._targets += [RowTarget(column.values), RowTarget(column.mask)]
+        super().share_infos(specs)
+
+    def close(self) -> None:
+        """Close the connection and let go of the rows and columns."""
+        super().close()
+        self._targets = []
+        for block in self._blocks:
+            with contextlib.suppress(BufferError):
+                block.close()
+        self._blocks = []

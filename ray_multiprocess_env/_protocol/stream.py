@@ -1,0 +1,290 @@
+"""The TCP stream protocol, both ends: the handshake, rows as raw bytes, the worker's listener.
+
+A worker on another node than the driver serves its operations over one TCP connection, framed
+as on the pipes (`_protocol/pipes.py`). Before either side reads a pickle, each proves that it
+holds the secret the driver handed the worker in a Ray call (`handshake_driver`,
+`handshake_worker`: an HMAC-SHA256 challenge each way, fixed-size messages, nothing
+deserialized). The worker listens on its node's address only, for its driver only: it accepts
+connections until one passes the handshake, closes every other one (logged), and stops
+listening as soon as its driver is in (`accept_driver`).
+
+Every message on the stream is ``pickle + tail + trailer``: the trailer (8 bytes) is the tail's
+length, and ``pickle.loads`` ignores what follows the pickle. The tail carries rows of arrays as
+raw bytes in the layout of the shared memory (`pack_rows`, `unpack_rows`): a step's actions one
+way, the observations, rewards, flags and info columns the worker wrote the other way, so no
+row of numbers is pickled.
+
+This module imports nothing of the driver side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import selectors
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ray_multiprocess_env._protocol.pipes import Buffer
+
+__all__ = [
+    "RowTarget",
+    "accept_driver",
+    "handshake_driver",
+    "listen",
+    "pack_rows",
+    "split_tail",
+    "trailer",
+    "unpack_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+#: What the worker sends first: the protocol's name and version.
+MAGIC = b"RMENV/1\n"
+_NONCE = 32  # bytes of a challenge
+_DIGEST = hashlib.sha256().digest_size
+#: Seconds a connection may take to pass the handshake before the worker closes it.
+HANDSHAKE_S = 10.0
+_TRAILER = struct.Struct("<q")
+_COUNT = struct.Struct("<i")
+_ALL_ROWS = -1
+
+
+class HandshakeError(ConnectionError):
+    """The other end of a connection did not prove that it holds the secret."""
+
+
+def _digest(secret: bytes, role: bytes, nonce: bytes) -> bytes:
+    return hmac.new(secret, role + nonce, hashlib.sha256).digest()
+
+
+# -- the handshake ------------------------------------------------------------------------------
+def handshake_driver(sock: socket.socket, secret: bytes, deadline: float) -> None:
+    """The driver's side: answer the worker's challenge, then check its answer to ours.
+
+    Raises:
+        HandshakeError: If the other end is not the worker holding `secret` (or says nothing
+            before `deadline`).
+    """
+    hello = _recv_exact(sock, len(MAGIC) + _NONCE, deadline)
+    if hello[: len(MAGIC)] != MAGIC:
+        raise HandshakeError("the other end does not speak this protocol")
+    nonce = os.urandom(_NONCE)
+    sock.sendall(_digest(secret, b"driver", hello[len(MAGIC) :]) + nonce)
+    proof = _recv_exact(sock, _DIGEST, deadline)
+    if not hmac.compare_digest(proof, _digest(secret, b"worker", nonce)):
+        raise HandshakeError("the other end does not hold this worker's secret")
+
+
+def _recv_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+    data = b""
+    while len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HandshakeError("the other end said too little in time")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(size - len(data))
+        except TimeoutError:
+            raise HandshakeError("the other end said too little in time") from None
+        if not chunk:
+            raise HandshakeError("the other end closed the connection")
+        data += chunk
+    return data
+
+
+# -- the worker's listener ----------------------------------------------------------------------
+def listen(host: str, ports: tuple[int, int] | None) -> socket.socket:
+    """A socket listening on `host` only, on a port the kernel picks or the first free of `ports`.
+
+    Raises:
+        OSError: If no port of `ports` is free (or `host` is not this machine's).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    candidates = [0] if ports is None else list(range(ports[0], ports[1] + 1))
+    error: OSError | None = None
+    for port in candidates:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, port))
+            sock.listen(8)
+            return sock
+        except OSError as err:
+            sock.close()
+            error = err
+    raise OSError(f"no port of {ports} is free on {host}: {error}")
+
+
+class _Pending:
+    """A connection in the middle of the worker's side of the handshake."""
+
+    def __init__(self, sock: socket.socket, peer: Any) -> None:
+        self.sock, self.peer = sock, peer
+        self.nonce = os.urandom(_NONCE)
+        self.data = b""
+        self.deadline = time.monotonic() + HANDSHAKE_S
+
+
+def accept_driver(listener: socket.socket, secret: bytes, deadline: float) -> socket.socket | None:
+    """The first connection to `listener` that proves it holds `secret`, or None at `deadline`.
+
+    Connections are handled side by side, so a stranger that stays silent holds up nobody;
+    one that fails (garbage, a wrong proof, a pickle: nothing is deserialized) is closed and
+    logged. `listener` is closed before this returns: the driver is the only one let in.
+    """
+    selector = selectors.DefaultSelector()
+    pending: dict[int, _Pending] = {}
+    try:
+        listener.setblocking(False)
+        selector.register(listener, selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            for fd, late in list(pending.items()):
+                if now > late.deadline:
+                    _refuse(selector, pending, fd, "it said too little in time")
+            soonest = min([deadline, *(c.deadline for c in pending.values())])
+            if now >= deadline:
+                return None
+            for key, _ in selector.select(max(0.0, soonest - now)):
+                if key.fileobj is listener:
+                    _accept(listener, selector, pending)
+                    continue
+                conn = pending[key.fd]
+                driver = _advance(conn, secret)
+                if driver:
+                    selector.unregister(conn.sock)
+                    del pending[key.fd]
+                    conn.sock.setblocking(True)
+                    return conn.sock
+                if driver is False:
+                    _refuse(selector, pending, key.fd, "it did not prove that it is the driver")
+    finally:
+        for conn in pending.values():
+            conn.sock.close()
+        selector.close()
+        listener.close()
+
+
+def _accept(listener: socket.socket, selector: Any, pending: dict[int, _Pending]) -> None:
+    try:
+        sock, peer = listener.accept()
+    except (BlockingIOError, InterruptedError):
+        return
+    conn = _Pending(sock, peer)
+    try:
+        sock.setblocking(True)
+        sock.settimeout(1.0)
+        sock.sendall(MAGIC + conn.nonce)  # (a fresh socket's buffer takes these 40 bytes)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        return
+    pending[sock.fileno()] = conn
+    selector.register(sock, selectors.EVENT_READ)
+
+
+def _advance(conn: _Pending, secret: bytes) -> bool | None:
+    """Read what `conn` sent: True once it proved it is the driver, False if it failed."""
+    try:
+        chunk = conn.sock.recv(2 * _DIGEST - len(conn.data))
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return False
+    if not chunk:
+        return False
+    conn.data += chunk
+    if len(conn.data) < 2 * _DIGEST:
+        return None
+    proof, nonce = conn.data[:_DIGEST], conn.data[_DIGEST:]
+    if not hmac.compare_digest(proof, _digest(secret, b"driver", conn.nonce)):
+        return False
+    try:
+        conn.sock.setblocking(True)
+        conn.sock.settimeout(HANDSHAKE_S)
+        conn.sock.sendall(_digest(secret, b"worker", nonce))
+        conn.sock.settimeout(None)
+    except OSError:
+        return False
+    return True
+
+
+def _refuse(selector: Any, pending: dict[int, _Pending], fd: int, why: str) -> None:
+    conn = pending.pop(fd)
+    with contextlib.suppress(KeyError, ValueError):
+        selector.unregister(conn.sock)
+    conn.sock.close()
+    logger.warning("Closed a connection from %s to an env worker's port: %s.", conn.peer, why)
+
+
+# -- rows as raw bytes --------------------------------------------------------------------------
+def trailer(tail_size: int) -> bytes:
+    """The last 8 bytes of a message whose tail has `tail_size` bytes."""
+    return _TRAILER.pack(tail_size)
+
+
+def split_tail(payload: bytes) -> memoryview:
+    """The tail of a message's `payload` (empty if it has none)."""
+    (size,) = _TRAILER.unpack_from(payload, len(payload) - _TRAILER.size)
+    end = len(payload) - _TRAILER.size
+    return memoryview(payload)[end - size : end]
+
+
+def pack_rows(arrays: Sequence[np.ndarray], positions: Sequence[int] | None) -> list[Buffer]:
+    """Rows `positions` (all if None) of each of `arrays` (C-contiguous), as a tail's parts."""
+    if positions is None:
+        flat = [memoryview(a).cast("B") for a in arrays]  # type: ignore[arg-type]
+        return [_COUNT.pack(_ALL_ROWS), *flat]
+    index = np.asarray(positions, dtype=np.int32)
+    return [_COUNT.pack(len(index)), index.tobytes(), *(a[index].tobytes() for a in arrays)]
+
+
+class RowTarget:
+    """An array whose rows a tail fills (its bytes seen flat, once, for whole copies)."""
+
+    __slots__ = ("array", "flat", "row_size")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.flat = memoryview(array).cast("B")  # type: ignore[arg-type]
+        self.row_size = array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+
+
+def unpack_rows(tail: memoryview, targets: Sequence[RowTarget]) -> int:
+    """Copy the rows in `tail` into `targets`: how many of them it filled (a prefix).
+
+    Raises:
+        ValueError: If the tail does not end after a whole target.
+    """
+    (count,) = _COUNT.unpack_from(tail)
+    offset, index = _COUNT.size, None
+    if count != _ALL_ROWS:
+        index = np.frombuffer(tail, np.int32, count, offset)
+        offset += 4 * count
+    filled = 0
+    for target in targets:
+        if offset >= len(tail):
+            break
+        size = len(target.flat) if index is None else target.row_size * count
+        if offset + size > len(tail):
+            break
+        if index is None:
+            target.flat[:] = tail[offset : offset + size]
+        else:
+            array = target.array
+            rows = np.frombuffer(tail, array.dtype, size // array.itemsize, offset)
+            array[index] = rows.reshape(count, *array.shape[1:])
+        offset += size
+        filled += 1
+    if offset != len(tail):
+        raise ValueError(f"a tail of {len(tail)} bytes does not end after a whole array")
+    return filled
