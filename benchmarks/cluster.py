@@ -11,8 +11,9 @@ head node's worker too) and over Ray calls (``transport="ray"``), fitting one mo
 For each setting it records the wall time of a step, the driver's CPU time and the workers' CPU
 time (psutil). The per-call and per-env costs of the driver and the workers are fitted on
 CartPole with 16 and 256 envs per worker; the model then predicts the other settings (CartPole
-with 32 and 64 envs per worker, and a 1 ms env it has never seen), and the table compares
-prediction and measurement. Finally it extrapolates to 1, 10 and 100 nodes.
+with 32 and 64 envs per worker, HalfCheetah with 8, and a 1 ms env it has never seen), and the
+table compares prediction and measurement. Finally it extrapolates to 1, 10 and 100 nodes, and
+says how many workers one driver keeps busy.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import psutil
 import ray
 from ray.cluster_utils import Cluster
 
-from benchmarks.envs import CpuBoundEnv, calibrate
+from benchmarks.envs import CpuBoundEnv, calibrate, halfcheetah
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
 
@@ -192,6 +193,7 @@ def main() -> None:
                 run("CartPole", cartpole, 256),
                 run("CartPole", cartpole, 32),
                 run("CartPole", cartpole, 64),
+                run("HalfCheetah", halfcheetah, 8),
                 run("1 ms env", one_ms, 4),
                 run("1 ms env", one_ms, 16),
             ]
@@ -252,12 +254,19 @@ def _report(fitted: dict[str, tuple[Model, list[Sample]]], seconds: float) -> st
         "driver, and a 0.2 ms round trip between nodes (an assumption, not measured here):",
         "",
         "| transport | env | envs per worker | 1 node | 10 nodes | 100 nodes "
-        "| driver-bound ceiling |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| driver-bound ceiling | workers one driver feeds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for transport, (model, checks) in fitted.items():
         env_steps = {s.env: s.env_step for s in checks}
-        for env, k in (("CartPole", 64), ("CartPole", 512), ("1 ms env", 16), ("1 ms env", 256)):
+        for env, k in (
+            ("CartPole", 64),
+            ("CartPole", 512),
+            ("HalfCheetah", 8),
+            ("HalfCheetah", 64),
+            ("1 ms env", 16),
+            ("1 ms env", 256),
+        ):
             rates = []
             for nodes in (1, 10, 100):
                 t = model.step_time(
@@ -270,10 +279,13 @@ def _report(fitted: dict[str, tuple[Model, list[Sample]]], seconds: float) -> st
                 )
                 rates.append(nodes * 15 * k / t)
             ceiling = 1 / (model.driver_call / k + model.driver_env)
+            # a worker's call takes this long; the driver spends this much on each worker
+            call = model.worker_call + k * (env_steps[env] + model.worker_env)
+            fed = call / (model.driver_call + k * model.driver_env)
             lines.append(
                 f"| {_NAMES[transport]} | {env} | {k} | "
                 + " | ".join(f"{r:,.0f}" for r in rates)
-                + f" | {ceiling:,.0f} |"
+                + f" | {ceiling:,.0f} | {fed:,.0f} |"
             )
     return "\n".join(lines)
 

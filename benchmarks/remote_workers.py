@@ -74,18 +74,24 @@ def _vec(
     return envs
 
 
-def lockstep(envs: GymnasiumVectorEnv, seconds: float) -> tuple[float, float]:
-    """Env steps/s of `step` with pre-drawn actions, and the driver's CPU seconds per step."""
+def lockstep(envs: GymnasiumVectorEnv, seconds: float) -> tuple[float, float, float]:
+    """Env steps/s of `step` with pre-drawn actions; the driver's CPU seconds per step.
+
+    The CPU is counted twice: of the thread that steps (`time.thread_time`), and of the whole
+    process (`time.process_time`, Ray's own threads included: they carry Ray calls).
+    """
     actions = action_samples(envs.action_space)
     envs.reset(seed=0)
     for t in range(20):
         envs.step(actions[t % 64])
-    count, cpu, start = 0, time.process_time(), time.perf_counter()
+    count, thread, process = 0, time.thread_time(), time.process_time()
+    start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         envs.step(actions[count % 64])
         count += 1
     wall = time.perf_counter() - start
-    return count * envs.num_envs / wall, (time.process_time() - cpu) / count
+    thread, process = time.thread_time() - thread, time.process_time() - process
+    return count * envs.num_envs / wall, thread / count, process / count
 
 
 def first_ready(envs: GymnasiumVectorEnv, batch_size: int, seconds: float) -> float:
@@ -106,36 +112,47 @@ def first_ready(envs: GymnasiumVectorEnv, batch_size: int, seconds: float) -> fl
     return rate
 
 
-def measure(seconds: float) -> dict[str, dict[str, float]]:
-    """Every setting's figures (env steps/s; the driver's µs per round trip)."""
-    results: dict[str, dict[str, float]] = {}
-    for label, node, transport in SETTINGS:
-        row = results[label] = {}
-        for name, env_fn, per_worker in (
-            ("HalfCheetah", halfcheetah, 8),
-            ("CartPole", cartpole, 64),
-        ):
-            envs = _vec(env_fn, 2, per_worker, node, transport)
+def measure(seconds: float, rounds: int) -> dict[str, dict[str, float]]:
+    """Every setting's figures (env steps/s; the driver's µs per round trip), medians of rounds.
+
+    The settings take turns in each round, so a slow spell of the machine (this VM's speed
+    drifts by a quarter from one second to the next) falls on all of them.
+    """
+    samples: dict[str, dict[str, list[float]]] = {label: {} for label, _, _ in SETTINGS}
+    for _ in range(rounds):
+        for label, node, transport in SETTINGS:
+            row = samples[label]
+            for name, env_fn, per_worker in (
+                ("HalfCheetah", halfcheetah, 8),
+                ("CartPole", cartpole, 64),
+            ):
+                envs = _vec(env_fn, 2, per_worker, node, transport)
+                try:
+                    row.setdefault(f"{name} lockstep", []).append(lockstep(envs, seconds)[0])
+                    if name == "HalfCheetah":
+                        rate = first_ready(envs, 8, seconds)
+                        row.setdefault("HalfCheetah first-ready", []).append(rate)
+                finally:
+                    envs.close()
+            envs = _vec(halfcheetah, 1, 8, node, transport)
             try:
-                row[f"{name} lockstep"], _ = lockstep(envs, seconds)
-                if name == "HalfCheetah":
-                    row["HalfCheetah first-ready"] = first_ready(envs, 8, seconds)
+                _, thread, process = lockstep(envs, seconds)
+                row.setdefault("driver thread us", []).append(thread * 1e6)
+                row.setdefault("driver process us", []).append(process * 1e6)
             finally:
                 envs.close()
-        envs = _vec(halfcheetah, 1, 8, node, transport)
-        try:
-            _, cpu = lockstep(envs, seconds)
-            row["driver us per round trip"] = cpu * 1e6
-        finally:
-            envs.close()
-        print(label, {k: round(v) for k, v in row.items()}, file=sys.stderr)
-    return results
+            print(label, {k: [round(x) for x in v] for k, v in row.items()}, file=sys.stderr)
+    return {
+        label: {key: float(np.median(values)) for key, values in row.items()}
+        for label, row in samples.items()
+    }
 
 
 def main() -> None:
     """Start the cluster, measure every setting, write the section."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "docs" / "cluster.md"))
     args = parser.parse_args()
     cluster = Cluster(
@@ -146,40 +163,43 @@ def main() -> None:
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="warning", log_to_driver=False)
     try:
-        results = measure(args.seconds)
+        results = measure(args.seconds, args.rounds)
     finally:
         ray.shutdown()
         cluster.shutdown()
-    write_section(Path(args.out), "remote", _report(results, args.seconds))
+    write_section(Path(args.out), "remote", _report(results, args.seconds, args.rounds))
     print(f"wrote {args.out}", file=sys.stderr)
 
 
-def _report(results: dict[str, dict[str, float]], seconds: float) -> str:
-    command = "python -m benchmarks.remote_workers" + (
-        f" --seconds {seconds:g}" if seconds != 5 else ""
+def _report(results: dict[str, dict[str, float]], seconds: float, rounds: int) -> str:
+    flags = (f" --seconds {seconds:g}" if seconds != 3 else "") + (
+        f" --rounds {rounds}" if rounds != 3 else ""
     )
     versions = ", ".join(f"{p} {version(p)}" for p in ("ray", "gymnasium", "numpy"))
     columns = [
         "HalfCheetah lockstep",
         "CartPole lockstep",
         "HalfCheetah first-ready",
-        "driver us per round trip",
+        "driver thread us",
+        "driver process us",
     ]
     lines = [
         "## Workers on the second node, measured",
         "",
-        f"- Command: `{command}`",
+        f"- Command: `python -m benchmarks.remote_workers{flags}`",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         f"- Machine: {CORES} CPUs shared by both nodes and the driver, Python "
         f"{platform.python_version()}; {versions}",
         "",
-        "Env steps/s (HalfCheetah-v5 2 workers x 8 envs, CartPole-v1 2 x 64, first-ready "
-        "`recv(8)`/`send`), and the driver's CPU per `step` of one worker of 8 HalfCheetahs "
-        "(µs); one run each, in one session. In brackets: the ratio to pipes on the driver's node.",
+        f"Env steps/s (HalfCheetah-v5 2 workers x 8 envs, CartPole-v1 2 x 64, first-ready "
+        f"`recv(8)`/`send`), and the driver's CPU per `step` of one worker of 8 HalfCheetahs in "
+        f"µs (of the thread that steps, and of the whole process with Ray's threads); the "
+        f"median of {rounds} rounds of {seconds:g} s, the settings taking turns. In brackets: "
+        "the ratio to pipes on the driver's node.",
         "",
         "| workers | HalfCheetah 2 x 8 | CartPole 2 x 64 | HalfCheetah first-ready | "
-        "driver µs per round trip |",
-        "|---|---:|---:|---:|---:|",
+        "driver µs per round trip (thread) | (process) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     pipes = results["driver's node, pipes"]
     for label, row in results.items():
@@ -190,7 +210,8 @@ def _report(results: dict[str, dict[str, float]], seconds: float) -> str:
         "",
         "The stream against Ray calls, same workers on the second node: "
         + ", ".join(f"{c} {stream[c] / calls[c]:.2f}x" for c in columns[:3])
-        + f"; the driver's CPU per round trip {stream[columns[3]] / calls[columns[3]]:.2f}x.",
+        + f"; the driver's CPU per round trip {stream[columns[4]] / calls[columns[4]]:.2f}x "
+        "(whole process).",
     ]
     return "\n".join(lines)
 

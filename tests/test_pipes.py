@@ -1,22 +1,32 @@
-"""The framing of the same-node pipes: the driver's `Inbox` takes out whole messages only.
+"""The framing of the pipes and the TCP stream: the driver's `Inbox` takes out whole messages only.
 
-However the bytes arrive: one read may end inside a header, hold several messages, or part of one.
+However the bytes arrive: one read may end inside a header, hold several messages, or part of one;
+over a pipe and over a connected socket (the stream's), whose end may also be a reset.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import struct
 
 import pytest
 
 from ray_multiprocess_env._protocol.pipes import HEADER, Inbox
 
 
-@pytest.fixture
-def pipe():
-    """A pipe whose read end does not block, as the driver's are; ``(read fd, write fd)``."""
-    read, write = os.pipe()
+@pytest.fixture(params=["pipe", "socket"])
+def pipe(request):
+    """A pipe (or a connected socket pair) whose read end does not block, as the driver's are.
+
+    ``(read fd, write fd)``.
+    """
+    if request.param == "pipe":
+        read, write = os.pipe()
+    else:
+        ends = socket.socketpair()
+        read, write = (end.detach() for end in ends)
     os.set_blocking(read, False)
     yield read, write
     for fd in (read, write):
@@ -55,3 +65,22 @@ def test_several_messages_in_one_read_then_the_end(pipe):
         more, ended = inbox.pump(read)
         messages += more
     assert (messages, ended) == ([(3, b"d")], True)
+
+
+def test_a_connection_reset_by_the_worker_is_its_end():
+    """A socket reset (the worker's node lost, its process killed) ends the stream as EOF does."""
+    driver, worker = socket.socketpair()
+    driver.setblocking(False)
+    worker.sendall(_framed(1, b"last"))
+    # a close with unread data and SO_LINGER 0 sends a reset, not an orderly end
+    driver.sendall(b"unread")
+    worker.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    worker.close()
+    inbox = Inbox(contextlib.nullcontext)
+    messages, ended = inbox.pump(driver.fileno())
+    if not ended:
+        more, ended = inbox.pump(driver.fileno())
+        messages += more
+    assert ended
+    assert messages in ([(1, b"last")], [])  # (a reset may discard what was not read yet)
+    driver.close()

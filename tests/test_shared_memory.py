@@ -32,6 +32,8 @@ from tests.helpers import (
     worker_pids,
 )
 
+_KINDS = {"auto": "shared_memory", "tcp": "tcp", "pipe": "pipe"}
+
 
 def _shared(envs):
     """Whether each worker shares memory with the driver."""
@@ -58,13 +60,16 @@ def _run(envs, steps=20):
 
 
 def test_nested_spaces_match_sync_vector_env_over_shared_memory():
-    """Dict/Tuple/Box/Discrete/MultiDiscrete/MultiBinary: the same results as SyncVectorEnv."""
+    """Dict/Tuple/Box/Discrete/MultiDiscrete/MultiBinary: the same results as SyncVectorEnv.
+
+    Over shared memory, over the TCP stream (the same layout, as raw bytes) and over pipes.
+    """
     expected = _run(SyncVectorEnv([NestedSpacesEnv] * 6))
-    for transport in ("auto", "pipe"):
+    for transport in ("auto", "tcp", "pipe"):
         with contextlib.closing(
             GymnasiumVectorEnv([NestedSpacesEnv] * 6, envs_per_worker=4, transport=transport)
         ) as envs:
-            assert _shared(envs) == [transport == "auto"] * 2
+            assert transport_kinds(envs) == [_KINDS[transport]] * 2
             got = _run(envs)
         for mine, theirs in zip(got, expected, strict=True):
             assert all(_equal(a, b) for a, b in zip(mine[:-1], theirs[:-1], strict=True))
@@ -154,11 +159,35 @@ def test_the_memory_is_released_by_close():
         assert set(os.listdir("/dev/shm")) <= shm_before
 
 
-def test_a_restarted_worker_shares_the_memory_again():
-    """After SIGKILL and restart the new worker maps the same memory; results stay right."""
+def _mapped_memory_files():
+    with open("/proc/self/maps", encoding="utf-8") as maps:
+        return [line for line in maps if "memfd:ray-multiprocess-env" in line]
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_info_columns_are_released_by_close(transport):
+    """The info columns (mapped once more by each TCP stream) are unmapped by `close`."""
+    before = (set(memory_files()), len(_mapped_memory_files()))
+    make = functools.partial(gym.make, "HalfCheetah-v5")
+    envs = GymnasiumVectorEnv([make] * 4, envs_per_worker=2, transport=transport)
+    envs.reset(seed=0)
+    for _ in range(3):
+        envs.step(np.zeros((4, 6), dtype=np.float32))
+    assert envs._engine._store.columns  # (private engine) x_position etc. have columns
+    assert len(_mapped_memory_files()) > before[1]
+    envs.close()
+    assert (set(memory_files()), len(_mapped_memory_files())) == before
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_a_restarted_worker_shares_the_memory_again(transport):
+    """After SIGKILL and restart the new worker maps the same memory; results stay right.
+
+    Over the TCP stream, the new worker's stream mirrors the same rows.
+    """
     fns = [functools.partial(gym.make, "CartPole-v1")] * 4
     with contextlib.closing(
-        GymnasiumVectorEnv(fns, envs_per_worker=2, on_actor_failure="restart")
+        GymnasiumVectorEnv(fns, envs_per_worker=2, on_actor_failure="restart", transport=transport)
     ) as envs:
         envs.reset(seed=0)
         wait_until_ready(envs)
@@ -167,18 +196,21 @@ def test_a_restarted_worker_shares_the_memory_again():
         obs, _, _, truncs, info = envs.step(np.zeros(4, dtype=np.int64))
         assert list(truncs) == [False, False, True, True]
         assert list(info["env_crashed"][2:]) == [True, True]
-        assert _shared(envs) == [True, True]
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2
         fresh = obs[2:].copy()
         obs, *_ = envs.step(np.zeros(4, dtype=np.int64))  # the reset obs was real, now stepped
         assert np.abs(fresh).max() <= 0.05
         assert not np.array_equal(obs[2:], fresh)
 
 
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
 @pytest.mark.parametrize("copy", [True, False])
-def test_partial_reset_keeps_the_other_envs_rows(copy):
+def test_partial_reset_keeps_the_other_envs_rows(copy, transport):
     """A masked reset rewrites only its worker's rows; the others keep their last observation."""
     fns = [functools.partial(gym.make, "CartPole-v1")] * 4
-    with contextlib.closing(GymnasiumVectorEnv(fns, envs_per_worker=2, copy=copy)) as envs:
+    with contextlib.closing(
+        GymnasiumVectorEnv(fns, envs_per_worker=2, copy=copy, transport=transport)
+    ) as envs:
         envs.reset(seed=0)
         stepped, *_ = envs.step(np.ones(4, dtype=np.int64))
         stepped = stepped.copy()
@@ -188,10 +220,12 @@ def test_partial_reset_keeps_the_other_envs_rows(copy):
         assert not np.array_equal(obs[2], stepped[2])
 
 
-def test_first_ready_mixing_whole_workers_and_some_envs_matches_plain_envs():
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_first_ready_mixing_whole_workers_and_some_envs_matches_plain_envs(transport):
     """Sends of whole workers (the hot path) and of some envs (the slow path), mixed.
 
-    Each `recv` hands back exactly the envs sent, with what plain envs give.
+    Each `recv` hands back exactly the envs sent, with what plain envs give (infos in their
+    columns included: over the stream, only the rows a call wrote travel).
     """
     make = functools.partial(gym.make, "HalfCheetah-v5")
     plain = [make() for _ in range(4)]
@@ -203,8 +237,10 @@ def test_first_ready_mixing_whole_workers_and_some_envs_matches_plain_envs():
         results = [plain[i].step(a) for i, a in zip(ids, actions, strict=True)]
         return np.stack([r[0] for r in results]), np.array([r[1] for r in results]), results
 
-    with contextlib.closing(GymnasiumVectorEnv([make] * 4, envs_per_worker=2)) as envs:
-        assert _shared(envs) == [True, True]
+    with contextlib.closing(
+        GymnasiumVectorEnv([make] * 4, envs_per_worker=2, transport=transport)
+    ) as envs:
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2
         envs.reset(seed=5)
         rounds = [([1], None), ([0, 1], [3]), ([2, 3], [0, 1]), ([0, 1, 2, 3], None)]
         for first, second in rounds * 3:
