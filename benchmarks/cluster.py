@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import psutil
 import ray
 from ray.cluster_utils import Cluster
 
-from benchmarks.envs import CpuBoundEnv, calibrate, halfcheetah
+from benchmarks.envs import CpuBoundEnv, action_samples, calibrate, halfcheetah
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
 
@@ -117,8 +116,7 @@ def measure(name: str, env_fn: Any, envs_per_worker: int, seconds: float, transp
     try:
         assert len(set(envs.node_ids())) == NODES, envs.node_ids()
         workers = [psutil.Process(pid) for pid in _worker_pids(envs)]
-        rng = np.random.default_rng(0)
-        actions = [rng.integers(0, 2, n) for _ in range(64)]
+        actions = action_samples(envs.action_space)
         envs.reset(seed=0)
         for t in range(10):
             envs.step(actions[t % 64])
