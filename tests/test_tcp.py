@@ -9,12 +9,15 @@ fallback to Ray calls with one warning.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pickle
+import signal
 import socket
 import threading
 import time
+from collections import OrderedDict
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +29,7 @@ from ray_multiprocess_env._engine.ray_launcher import _worker_class
 from ray_multiprocess_env._engine.transports.tcp import PORTS_VARIABLE
 from ray_multiprocess_env._protocol import stream
 from ray_multiprocess_env._protocol.pipes import HEADER, dumps, loads
-from tests.helpers import transport_kinds
+from tests.helpers import transport_kinds, worker_pids
 
 _SECRET = b"s" * 32
 
@@ -177,14 +180,15 @@ def test_rows_travel_as_raw_bytes_into_their_places(positions):
 def test_a_stranger_on_a_real_workers_port_changes_nothing(tmp_path):
     """A Ray worker that listens: a stranger's pickle is not loaded, the driver is served."""
     worker = _worker_class().remote([_cartpole], [0])
-    host, port = ray.get(worker.listen.remote(_SECRET, None))
-    serving = worker.serve_stream.remote(30.0)
+    host, port = ray.get(worker.listen.remote(_SECRET, None, 30.0))
     trap = str(tmp_path / "loaded")
     payload = dumps((_Trap(trap), ()))
     intruder = socket.create_connection((host, port), timeout=10)
     intruder.sendall(HEADER.pack(1, len(payload)) + payload)
+    assert ray.get(worker.handle.remote("pid", ()), timeout=30)  # Ray calls go on meanwhile
     driver = socket.create_connection((host, port), timeout=10)
     stream.handshake_driver(driver, _SECRET, time.monotonic() + 10)
+    serving = worker.serve_stream.remote()
     message = dumps(("pid", ())) + stream.trailer(0)
     driver.sendall(HEADER.pack(1, len(message)) + message)
     seq, size = HEADER.unpack(_recv(driver, HEADER.size))
@@ -222,6 +226,7 @@ def test_workers_listen_in_the_port_range_given(monkeypatch):
         for worker in envs._engine._pool.workers:
             sock = socket.fromfd(worker.transport.fileno(), socket.AF_INET, socket.SOCK_STREAM)
             ports.append(sock.getpeername()[1])
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)  # a silent node's end
             sock.close()
         assert all(first <= port <= first + 20 for port in ports)
         envs.reset(seed=0)
@@ -259,3 +264,74 @@ def test_a_malformed_port_range_is_named(monkeypatch):
         ValueError, match=f"the {PORTS_VARIABLE} environment variable.*'50000:50100'"
     ):
         GymnasiumVectorEnv([_cartpole], transport="tcp")
+
+
+def test_a_stalled_connection_is_a_timeout_and_the_step_comes_later():
+    """A worker that stops reading (SIGSTOP: as a network that stalls) times out, never hangs.
+
+    Once it goes on, `step_wait` collects the step that timed out, with what plain envs give.
+    """
+    envs = GymnasiumVectorEnv([_cartpole] * 4, envs_per_worker=2, transport="tcp", timeout=2)
+    reference = gym.vector.SyncVectorEnv([_cartpole] * 4)
+    try:
+        observations, _ = envs.reset(seed=3)
+        assert np.array_equal(observations, reference.reset(seed=3)[0])
+        pid = worker_pids(envs)[1]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(TimeoutError):
+                envs.step(np.array([0, 1, 0, 1]))
+            assert time.monotonic() - start < 10
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        got = envs.step_wait()
+        want = reference.step(np.array([0, 1, 0, 1]))
+        for ours, theirs in zip(got[:4], want[:4], strict=True):
+            assert np.array_equal(ours, theirs)
+    finally:
+        envs.close()
+
+
+class _KeyOrderEnv(gym.Env):
+    """Dict spaces whose keys come in the order given: equal spaces, another layout.
+
+    The observation echoes the action: ``obs["a"] = action["x"]``, ``obs["b"] = -action["y"]``
+    (not symmetric, so that actions and observations swapped alike do not cancel out).
+    """
+
+    def __init__(self, flipped: bool = False) -> None:
+        box = gym.spaces.Box(-10, 10, (2,), np.float32)
+        obs_keys, act_keys = ("a", "b"), ("x", "y")
+        if flipped:
+            obs_keys, act_keys = obs_keys[::-1], act_keys[::-1]
+        # (an OrderedDict keeps its order; gymnasium sorts the keys of a plain dict)
+        self.observation_space = gym.spaces.Dict(OrderedDict((k, box) for k in obs_keys))
+        self.action_space = gym.spaces.Dict(OrderedDict((k, box) for k in act_keys))
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {k: np.zeros(2, np.float32) for k in self.observation_space}, {}
+
+    def step(self, action):
+        return {"a": action["x"], "b": -action["y"]}, 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_dict_keys_in_another_order_keep_their_meaning(transport):
+    """Workers whose Dict spaces list their keys in another order than the driver's.
+
+    The spaces are equal, so the envs are uniform; the rows must still land by key, both the
+    actions going out and the observations coming back (over shared memory and the stream).
+    """
+    fns = [_KeyOrderEnv] * 2 + [functools.partial(_KeyOrderEnv, flipped=True)] * 2
+    envs = GymnasiumVectorEnv(fns, envs_per_worker=2, transport=transport)
+    try:
+        assert transport_kinds(envs) == [{"auto": "shared_memory"}.get(transport, transport)] * 2
+        envs.reset(seed=0)
+        actions = {"x": np.full((4, 2), 1.0, np.float32), "y": np.full((4, 2), 2.0, np.float32)}
+        observations, *_ = envs.step(actions)
+        assert (observations["a"] == 1.0).all(), observations
+        assert (observations["b"] == -2.0).all(), observations
+    finally:
+        envs.close()

@@ -42,6 +42,7 @@ from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
+from ray_multiprocess_env._protocol.shared_layout import shared_memory_supported
 
 __all__ = ["Engine"]
 
@@ -92,9 +93,11 @@ class Engine(StepVerbs):
             deadline = deadline_in(pool.options.bound)
             pool.launcher.open(pool.workers, pool.shared, [], deadline)
             if self._store is not None and self._store.memory is not None:
-                # numeric infos get columns if some worker writes its rows in the batch's layout
-                self._store.use_columns = any(w.transport.hot for w in pool.workers)
-                if self._store.use_columns:
+                # numeric infos get columns (memory files) if a worker writes its rows in the
+                # batch's layout: shared memory, or the TCP stream
+                hot = any(w.transport.hot for w in pool.workers)
+                self._store.use_columns = hot and shared_memory_supported()
+                if hot:
                     self._hot = HotPath(pool, self._state, self._store)
             here = _here()
             workers_here = sum(w.node_id == here for w in pool.workers)

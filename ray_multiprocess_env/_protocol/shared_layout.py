@@ -213,6 +213,11 @@ class SharedBatch:
         )
 
     @property
+    def observation_space(self) -> spaces.Space[Any]:
+        """The observation space whose batch the observations are laid out as."""
+        return self._layout["observation_space"]  # type: ignore[no-any-return]
+
+    @property
     def action_space(self) -> spaces.Space[Any]:
         """The action space whose batch the actions are laid out as."""
         return self._layout["action_space"]  # type: ignore[no-any-return]

@@ -27,6 +27,7 @@ import os
 import selectors
 import socket
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,9 +37,11 @@ import numpy as np
 from ray_multiprocess_env._protocol.pipes import Buffer
 
 __all__ = [
+    "Acceptor",
     "RowTarget",
     "accept_driver",
     "handshake_driver",
+    "keep_alive",
     "listen",
     "pack_rows",
     "split_tail",
@@ -54,6 +57,11 @@ _NONCE = 32  # bytes of a challenge
 _DIGEST = hashlib.sha256().digest_size
 #: Seconds a connection may take to pass the handshake before the worker closes it.
 HANDSHAKE_S = 10.0
+#: Connections the worker handles at once before it has found its driver (more are refused).
+_PENDING_MAX = 32
+#: Seconds of silence after which the kernel probes the other end, between probes, and how many
+#: unanswered probes (or seconds of unacknowledged data, x 1000 ms) mean it is gone.
+_KEEPALIVE = (10, 5, 4)
 _TRAILER = struct.Struct("<q")
 _COUNT = struct.Struct("<i")
 _ALL_ROWS = -1
@@ -115,6 +123,8 @@ def listen(host: str, ports: tuple[int, int] | None) -> socket.socket:
     for port in candidates:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
+            # (a restarted worker may take the port its predecessor's connection still holds)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
             sock.listen(8)
             return sock
@@ -177,7 +187,14 @@ def accept_driver(listener: socket.socket, secret: bytes, deadline: float) -> so
 def _accept(listener: socket.socket, selector: Any, pending: dict[int, _Pending]) -> None:
     try:
         sock, peer = listener.accept()
-    except (BlockingIOError, InterruptedError):
+    except OSError as err:  # (nothing waiting, or out of descriptors: the driver comes later)
+        if not isinstance(err, (BlockingIOError, InterruptedError)):
+            logger.warning("An env worker could not accept a connection: %s.", err)
+            time.sleep(0.05)
+        return
+    if len(pending) >= _PENDING_MAX:
+        sock.close()
+        logger.warning("Closed a connection from %s to an env worker's port: too many.", peer)
         return
     conn = _Pending(sock, peer)
     try:
@@ -226,6 +243,50 @@ def _refuse(selector: Any, pending: dict[int, _Pending], fd: int, why: str) -> N
     logger.warning("Closed a connection from %s to an env worker's port: %s.", conn.peer, why)
 
 
+class Acceptor:
+    """`accept_driver` on a thread of its own, so the worker's env thread stays free.
+
+    Ray calls to the worker go on meanwhile; if no driver gets in (a firewall), the thread
+    gives up at the deadline and closes the listener.
+    """
+
+    def __init__(self, listener: socket.socket, secret: bytes, seconds: float) -> None:
+        self._driver: socket.socket | None = None
+        deadline = time.monotonic() + seconds
+        self._thread = threading.Thread(
+            target=self._run, args=(listener, secret, deadline), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, listener: socket.socket, secret: bytes, deadline: float) -> None:
+        self._driver = accept_driver(listener, secret, deadline)
+
+    def driver(self, seconds: float) -> socket.socket | None:
+        """The driver's connection once the handshake is done (None if none came)."""
+        self._thread.join(seconds)
+        return None if self._thread.is_alive() else self._driver
+
+
+def keep_alive(sock: socket.socket) -> None:
+    """Have the kernel notice, in about half a minute, that the other end's node is gone.
+
+    A node that loses power sends no reset: without probes a wait with no `timeout` would wait
+    forever for its worker, where a Ray call would raise ``ActorDiedError``.
+    """
+    idle, interval, count = _KEEPALIVE
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", idle),
+        ("TCP_KEEPINTVL", interval),
+        ("TCP_KEEPCNT", count),
+        ("TCP_USER_TIMEOUT", (idle + interval * count) * 1000),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:  # (Linux; elsewhere the system's defaults)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 # -- rows as raw bytes --------------------------------------------------------------------------
 def trailer(tail_size: int) -> bytes:
     """The last 8 bytes of a message whose tail has `tail_size` bytes."""
@@ -242,8 +303,7 @@ def split_tail(payload: bytes) -> memoryview:
 def pack_rows(arrays: Sequence[np.ndarray], positions: Sequence[int] | None) -> list[Buffer]:
     """Rows `positions` (all if None) of each of `arrays` (C-contiguous), as a tail's parts."""
     if positions is None:
-        flat = [memoryview(a).cast("B") for a in arrays]  # type: ignore[arg-type]
-        return [_COUNT.pack(_ALL_ROWS), *flat]
+        return [_COUNT.pack(_ALL_ROWS), *(_bytes_of(a) for a in arrays)]
     index = np.asarray(positions, dtype=np.int32)
     return [_COUNT.pack(len(index)), index.tobytes(), *(a[index].tobytes() for a in arrays)]
 
@@ -255,8 +315,15 @@ class RowTarget:
 
     def __init__(self, array: np.ndarray) -> None:
         self.array = array
-        self.flat = memoryview(array).cast("B")  # type: ignore[arg-type]
+        self.flat = _bytes_of(array)
         self.row_size = array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+
+
+def _bytes_of(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous `array`, seen flat (zero-size arrays included)."""
+    if not array.flags.c_contiguous:
+        raise ValueError("rows travel from and into C-contiguous arrays only")
+    return memoryview(array.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
 
 
 def unpack_rows(tail: memoryview, targets: Sequence[RowTarget]) -> int:

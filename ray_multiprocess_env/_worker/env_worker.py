@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -110,7 +109,7 @@ class EnvWorker:
         )
         if restart_seeds is not None:
             self._batch.restarted(restart_seeds)
-        self._listener: tuple[socket.socket, bytes] | None = None  # `listen`'s, for `serve_stream`
+        self._acceptor: stream.Acceptor | None = None  # `listen`'s, for `serve_stream`
 
     # -- the two ways in: a Ray call, or the same-node pipe ------------------------------------
     def handle(self, op: str, args: tuple[Any, ...]) -> Any:
@@ -131,32 +130,32 @@ class EnvWorker:
         finally:
             self._unshare()  # Ray calls answer with arrays again
 
-    def listen(self, secret: bytes, ports: tuple[int, int] | None) -> tuple[str, int]:
+    def listen(
+        self, secret: bytes, ports: tuple[int, int] | None, accept_s: float
+    ) -> tuple[str, int]:
         """Listen on this node's address for the driver that holds `secret`: the address.
 
-        `ports`: the range to listen in (None: a port the kernel picks). `serve_stream`, the
-        next call, serves the driver once it is in.
+        `ports`: the range to listen in (None: a port the kernel picks). A thread of its own
+        waits `accept_s` seconds at most for the driver to connect and prove it holds the
+        secret, so Ray calls go on meanwhile; once it is in, `serve_stream` serves it.
         """
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
         listener = stream.listen(host, ports)
-        self._listener = (listener, secret)
+        self._acceptor = stream.Acceptor(listener, secret, accept_s)
         return host, int(listener.getsockname()[1])
 
-    def serve_stream(self, accept_s: float) -> None:
-        """Serve the driver over TCP, on the thread that built the envs, until it leaves.
+    def serve_stream(self) -> None:
+        """Serve the driver `listen` let in, on the thread that built the envs, until it leaves.
 
-        Waits `accept_s` seconds at most for it to connect and prove it holds the secret given
-        to `listen` (then returns, and Ray calls work again). Every operation must then come
-        over the stream (Ray calls would wait behind this one).
+        Every operation must then come over the stream (Ray calls would wait behind this one).
         """
-        if self._listener is None:
-            return  # `listen` failed: the driver uses Ray calls
-        (listener, secret), self._listener = self._listener, None
-        sock = stream.accept_driver(listener, secret, time.monotonic() + accept_s)
+        acceptor, self._acceptor = self._acceptor, None
+        sock = None if acceptor is None else acceptor.driver(stream.HANDSHAKE_S)
         if sock is None:
-            return
+            return  # no driver got in: it uses Ray calls
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream.keep_alive(sock)
             fd = sock.fileno()
             pipes.serve_fds(fd, fd, self._stream_respond())
         finally:
@@ -210,12 +209,13 @@ class EnvWorker:
         """
         self._rows.share(spec, start, stop)
 
-    def _op_mirror(self) -> None:
-        """Keep the rows here and send them after each reply (`WorkerRows.mirror`).
+    def _op_mirror(self, observation_space: Any, action_space: Any) -> None:
+        """Keep the rows here in the driver's layout, sent after each reply (`WorkerRows.mirror`).
 
-        From now on the actions of a ``step`` sent as None arrive as raw rows after the message.
+        `observation_space` and `action_space` are the driver's (a Dict's keys in its order). From
+        now on the actions of a ``step`` sent as None arrive as raw rows after the message.
         """
-        self._rows.mirror()
+        self._rows.mirror(observation_space, action_space)
 
     def _op_share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
         """Write numeric info keys that have a column in shared memory there (`ColumnBlock`)."""

@@ -65,6 +65,7 @@ class WorkerRows:
         self._mirrored = False  # `mirror`: the rows travel after each reply
         self._written: Any = _NOTHING  # the positions written since the last tail
         self._private: SharedBatch | None = None
+        self._shared_actions: Any = action_space  # the action space the shared rows are laid out by
         if uniform and all(s is not None and covered(s) for s in self._spaces):
             self._private = SharedBatch.create(*self._spaces, count, share=False)
             self._use(self._private.views(0, count))
@@ -88,7 +89,7 @@ class WorkerRows:
     def actions(self, positions: Sequence[int] | None) -> Any:
         """A copy of the actions the driver put in shared memory (of `positions` only)."""
         assert self.shared is not None
-        return read_actions(self.shared, self._spaces[1], positions)
+        return read_actions(self.shared, self._shared_actions, positions)
 
     def reply(
         self, positions: Sequence[int] | None, infos: Any, old_api: bool
@@ -125,12 +126,22 @@ class WorkerRows:
         views = SharedBatch.attach(spec).views(start, stop)
         self._use(views)
         self.shared, self._span = views, (start, stop)
+        self._shared_actions = spec["action_space"]  # (the layout's: a Dict's keys in its order)
 
-    def mirror(self) -> None:
-        """Keep the rows here and send those a call wrote after its reply (a TCP stream)."""
+    def mirror(self, observation_space: Any, action_space: Any) -> None:
+        """Keep the rows here and send those a call wrote after its reply (a TCP stream).
+
+        The rows take the layout of the driver's spaces (equal to this worker's, but a Dict's
+        keys may come in another order), so that their bytes mean the same on both ends.
+        """
         if self._private is None:
             raise ValueError("these envs' spaces have no shared layout")
-        self.shared = self._private.views(0, self._count)
+        batch = SharedBatch.create(observation_space, action_space, self._count, share=False)
+        views = batch.views(0, self._count)
+        _copy_rows(views, self._private.views(0, self._count))  # (by key: a restart's resets)
+        self._private, self._shared_actions = batch, action_space
+        self._use(views)
+        self.shared = views
         self._mirrored, self._written = True, _NOTHING
 
     def take_actions(self, tail: memoryview) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import ray
 
+from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import (
@@ -39,6 +40,7 @@ from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatc
 from ray_multiprocess_env._protocol.stream import (
     RowTarget,
     handshake_driver,
+    keep_alive,
     pack_rows,
     split_tail,
     trailer,
@@ -46,13 +48,19 @@ from ray_multiprocess_env._protocol.stream import (
 )
 from ray_multiprocess_env.errors import RemoteFailure
 
-__all__ = ["PORTS_VARIABLE", "TcpTransport", "ports_from_environment"]
+__all__ = ["PORTS_VARIABLE", "TcpTransport", "Unreachable", "ports_from_environment"]
 
 #: The environment variable that sets the range of ports workers listen in (``first-last``).
 PORTS_VARIABLE = "RAY_MULTIPROCESS_ENV_TCP_PORTS"
 #: Seconds a worker waits for its driver to connect when the call has no deadline.
 _ACCEPT_S = 60.0
+#: Seconds the driver tries to reach a worker's port before it uses Ray calls to it instead.
+_CONNECT_S = 10.0
 _NO_TAIL = trailer(0)
+
+
+class Unreachable(ConnectionError):
+    """The worker's port could not be reached, or what answered failed the handshake."""
 
 
 def ports_from_environment() -> tuple[int, int] | None:
@@ -86,9 +94,10 @@ class TcpTransport(SharedMemoryTransport):
         ports: The range the worker listens in (None: a port the kernel picks).
 
     Raises:
-        OSError: If the worker cannot listen or be reached (a firewall).
-        ConnectionError: If the other end does not prove it is the worker.
-        TimeoutError: If connecting takes past `deadline`.
+        Unreachable: If the worker's port cannot be reached (a firewall) within 10 s, or the
+            other end does not prove it is the worker.
+        RayError: If the worker cannot listen (no free port in `ports`) or is gone.
+        TimeoutError: If the worker does not say where it listens by `deadline`.
     """
 
     kind = "tcp"
@@ -107,34 +116,54 @@ class TcpTransport(SharedMemoryTransport):
         self._targets: list[RowTarget] = []  # what the rows after a reply fill, in order
         self._blocks: list[ColumnBlock] = []  # the driver's info columns, mapped once more
         PipeTransport.__init__(self, actor, deadline, grace)
-        if batch is None:
-            self._views, self._leaf, self._actions_shared = None, None, False  # type: ignore[assignment]
-            self._share_seq = -1
-            return
-        mirror = Ticket(-1, -1, "mirror", (), tuple(range(*span)))
-        self._use_rows(batch, span, mirror, deadline)
-        views = self._views
-        arrays = [*views.observation_leaves, views.rewards, views.terminations, views.truncations]
-        self._targets = [RowTarget(array) for array in arrays]
-        if columns:
-            self.share_infos(columns)
+        try:
+            if batch is None:
+                self._views, self._leaf, self._actions_shared = None, None, False  # type: ignore[assignment]
+                self._share_seq = -1
+                return
+            spaces = (batch.observation_space, batch.action_space)
+            mirror = Ticket(-1, -1, "mirror", spaces, tuple(range(*span)))
+            self._use_rows(batch, span, mirror, deadline)
+            views = self._views
+            arrays = [*views.observation_leaves, views.rewards, views.terminations]
+            self._targets = [RowTarget(array) for array in (*arrays, views.truncations)]
+            if columns:
+                self.share_infos(columns)
+        except BaseException:  # half made: the connection closed, so the worker's serving ends
+            self.close()
+            raise
 
     def _connect(self, actor: Any, deadline: float | None) -> tuple[int, int, Any]:
-        """Have the worker listen, connect, and prove to each other who we are."""
+        """Have the worker listen, connect, and prove to each other who we are.
+
+        Raises:
+            Unreachable: If the worker's port cannot be reached or the other end fails the
+                handshake (a firewall, another program on the port).
+            TimeoutError: If the worker does not say where it listens by `deadline`.
+        """
         secret = os.urandom(32)
-        address = actor.listen.remote(secret, self._ports)
         left = remaining(deadline)
-        serve_ref = actor.serve_stream.remote(_ACCEPT_S if left is None else left)
-        until = time.monotonic() + (_ACCEPT_S if left is None else left)
-        host, port = ray.get(address, timeout=remaining(until))
-        sock = socket.create_connection((host, port), timeout=remaining(until))
+        accept_s = _ACCEPT_S if left is None else left
+        host, port = ray.get(
+            actor.listen.remote(secret, self._ports, accept_s), timeout=remaining(deadline)
+        )
+        until = time.monotonic() + min(_CONNECT_S, accept_s)
+        try:
+            sock = socket.create_connection((host, port), timeout=remaining(until))
+        except OSError as err:
+            raise Unreachable(f"{host}:{port}: {err}") from err
         try:
             handshake_driver(sock, secret, until)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            keep_alive(sock)
             sock.setblocking(False)
+        except OSError as err:
+            sock.close()
+            raise Unreachable(f"{host}:{port}: {err}") from err
         except BaseException:
             sock.close()
             raise
+        serve_ref = actor.serve_stream.remote()  # (the worker's acceptor let us in already)
         fd = sock.detach()  # (closed as the pipes' ends are)
         return fd, fd, serve_ref
 
@@ -173,28 +202,31 @@ class TcpTransport(SharedMemoryTransport):
         The rows are copied for a ticket given up on too: a worker on shared memory would have
         written them there.
         """
-        tail = split_tail(payload)
-        if len(tail):
-            try:
+        try:
+            tail = split_tail(payload)
+            if len(tail):
                 unpack_rows(tail, self._targets)
-            except (ValueError, IndexError) as err:
-                ticket = self._waiting.pop(seq, None)
-                if ticket is not None:
-                    cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
-                    ticket.outcome = Outcome(False, error=cause)
-                return
+        except Exception as err:  # (not from this library's worker; the others still settle)
+            ticket = self._waiting.pop(seq, None)
+            if ticket is not None:
+                cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
+                ticket.outcome = Outcome(False, error=cause)
+            return
         super()._received(seq, payload)
 
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
         """Have the worker send numeric infos as columns, copied into the driver's columns."""
         if self._views is None:
             return  # (no layout: infos travel in the replies)
-        for spec in specs:
-            block = ColumnBlock.attach(spec)
-            self._blocks.append(block)
+        blocks = [ColumnBlock.attach(spec) for spec in specs]
+        targets = []
+        for block in blocks:
             for column in block.columns(*self._span):
-                self._targets += [RowTarget(column.values), RowTarget(column.mask)]
-        super().share_infos(specs)
+                targets += [RowTarget(column.values), RowTarget(column.mask)]
+        with deferred_interrupts():  # the targets and the worker's columns agree, or neither
+            self._blocks += blocks
+            self._targets += targets
+            super().share_infos(specs)
 
     def close(self) -> None:
         """Close the connection and let go of the rows and columns."""
