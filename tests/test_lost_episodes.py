@@ -59,11 +59,17 @@ def test_a_report_survives_an_env_error_in_a_tianshou_subset_step():
         assert [bool(info.get("env_crashed")) for info in infos] == [True, True, False]
 
 
-def test_a_report_survives_a_second_restart_that_fails(tmp_path):
-    """Two workers die; the second cannot be replaced: the first's envs still report later."""
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_a_report_survives_a_second_restart_that_fails(tmp_path, transport):
+    """Two workers die; the second cannot be replaced: the first's envs still report later.
+
+    (Over the TCP stream, a step to the worker given up on once failed to be encoded.)
+    """
     flag = str(tmp_path / "no-replacement")
     fns = [functools.partial(env_failing_once_flagged, flag, (2, 3), i) for i in range(6)]
-    envs = GymnasiumVectorEnv(fns, envs_per_worker=2, on_actor_failure="restart", timeout=20)
+    envs = GymnasiumVectorEnv(
+        fns, envs_per_worker=2, on_actor_failure="restart", timeout=20, transport=transport
+    )
     with contextlib.closing(envs):
         envs.reset(seed=0)
         envs.set_attr("taken", [1, ALIVE, 1, ALIVE, ALIVE, ALIVE])  # workers 0 and 1 die

@@ -203,14 +203,18 @@ def test_a_restarted_env_gets_a_seed_derived_from_its_last():
     vec.close()
 
 
-def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog, monkeypatch):
+@pytest.mark.parametrize("transport", [None, "tcp"])
+def test_close_returns_with_dead_and_hung_workers_and_restarts_none(caplog, monkeypatch, transport):
     """close() neither restarts dead workers nor waits forever on hung ones (timeout=None).
 
     With no `timeout` the envs get `engine._CLOSE_S` to close (30 s), shortened here to 3 s:
-    close must return within it (plus killing the workers), whatever it is.
+    close must return within it (plus killing the workers), whatever it is. (Over the TCP
+    stream the dead worker's connection, ready to read for ever, once kept the wait going.)
     """
     monkeypatch.setattr(engine_module, "_CLOSE_S", 3.0)
-    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, on_actor_failure="restart")
+    vec = RayVectorEnv.from_env_fns(
+        [FlakyEnv] * 4, envs_per_worker=2, on_actor_failure="restart", transport=transport
+    )
     vec.reset()
     vec.set_attr("delay", [0.0, 0.0, 600.0, 600.0])
     pids = worker_pids(vec)

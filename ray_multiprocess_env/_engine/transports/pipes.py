@@ -61,7 +61,10 @@ class _PipeWaiter:
                     settled += 1
             if settled >= min_count or settled == count:
                 return
-            poller, readers, writers = self._poller(pipes)
+            live = tuple(pipe for pipe in pipes if not pipe.broken)  # (a broken one stays ready)
+            if not live:
+                return  # (every ticket of theirs has its outcome)
+            poller, readers, writers = self._poller(live)
             left = remaining(deadline)
             ready = poller.poll(None if left is None else int(left * 1000) + 1)
             for fd, event in ready:
@@ -71,7 +74,7 @@ class _PipeWaiter:
                 reader = readers.get(fd)
                 if reader is not None and (writer is None or event & ~select.POLLOUT):
                     reader.pump()
-            if not ready and left is not None and left <= 0:
+            if left is not None and left <= 0:
                 return
 
     def _poller(

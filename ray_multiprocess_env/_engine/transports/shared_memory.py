@@ -148,6 +148,7 @@ class SharedMemoryTransport(PipeTransport):
         """Close the pipes and let go of the shared memory."""
         super().close()
         self._views = self._leaf = None  # type: ignore[assignment]
+        self._actions_shared = False  # (a step sent now is refused as to a lost worker)
 
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
         """Have the worker write numeric infos into these columns; nothing waits for it."""
