@@ -127,12 +127,17 @@ class SharedMemoryTransport(PipeTransport):
         memory, the fixed doorbell message onto the pipe.
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
+        data = self._doorbell()
         ticket.transport = self
         self._seq = seq = self._seq + 1
         ticket.handle = seq
         self._waiting[seq] = ticket
-        if not self._outbox.send(self._go, seq, DOORBELL):
+        if not self._outbox.send(self._go, seq, data):
             self._break()  # the worker closed its end: it is gone (as in `submit`)
+
+    def _doorbell(self) -> bytes:
+        """The message of a step of every env whose actions are in the rows."""
+        return DOORBELL
 
     def _received(self, seq: int, payload: bytes) -> None:
         if seq != self._share_seq:

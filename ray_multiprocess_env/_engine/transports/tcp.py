@@ -181,20 +181,9 @@ class TcpTransport(SharedMemoryTransport):
         size = sum(len(part) for part in parts)
         return b"".join([head, *parts, trailer(size)])
 
-    def ring(self, ticket: Ticket, actions: Any) -> None:
-        """Send `ticket`, a step of all of this worker's envs (after `can_ring`).
-
-        Call it with interrupts held back. The actions go into the driver's rows and after
-        the doorbell.
-        """
-        self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
-        data = self._with_actions(DOORBELL, None)
-        ticket.transport = self
-        self._seq = seq = self._seq + 1
-        ticket.handle = seq
-        self._waiting[seq] = ticket
-        if not self._outbox.send(self._go, seq, data):
-            self._break()  # the worker closed its end: it is gone (as in `submit`)
+    def _doorbell(self) -> bytes:
+        """The doorbell of a step of every env, its actions (in the driver's rows) after it."""
+        return self._with_actions(DOORBELL, None)
 
     def _received(self, seq: int, payload: bytes) -> None:
         """Copy the rows after the reply into the batch, then settle the ticket.
