@@ -32,7 +32,7 @@ from ray_multiprocess_env.batch import stack, take, write_row
 
 __all__ = ["WorkerRows"]
 
-_NOTHING: Any = ()  # no rows written since the last tail (None stands for every row)
+_NOTHING: Any = object()  # no rows written since the last tail (None stands for every row)
 
 
 class WorkerRows:
