@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,14 @@ from ray_multiprocess_env._engine.transports.in_process import InProcessLauncher
 
 @pytest.fixture(scope="session", autouse=True)
 def ray_address() -> Iterator[str]:
-    """Start the test session's Ray runtime and yield its address for subprocesses to join."""
+    """Start the test session's Ray runtime and yield its address for subprocesses to join.
+
+    Ctrl-C is what the interrupt tests deliver: a test run started as a background job of a
+    non-interactive shell (``pytest &``) inherits SIGINT ignored, so Python's own handler is
+    put back first (else those tests fail with "DID NOT RAISE").
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
