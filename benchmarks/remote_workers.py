@@ -17,6 +17,7 @@ trip of one worker of 8 HalfCheetahs (``time.process_time`` per ``step``).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import sys
@@ -32,6 +33,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from benchmarks.envs import action_samples, halfcheetah
+from benchmarks.loops import first_ready
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
 
@@ -94,24 +96,6 @@ def lockstep(envs: GymnasiumVectorEnv, seconds: float) -> tuple[float, float, fl
     return count * envs.num_envs / wall, thread / count, process / count
 
 
-def first_ready(envs: GymnasiumVectorEnv, batch_size: int, seconds: float) -> float:
-    """Env steps/s of ``recv(batch_size)`` followed by `send` of the envs received."""
-    single = envs.single_action_space
-    actions = np.stack([single.sample() for _ in range(envs.num_envs)])
-    envs.async_reset(seed=0)
-    envs.recv()
-    envs.send(actions, list(range(envs.num_envs)))
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        *_, infos = envs.recv(batch_size=batch_size)
-        ids = infos["env_id"].tolist()
-        steps += len(ids)
-        envs.send(actions[: len(ids)], ids)
-    rate = steps / (time.perf_counter() - start)
-    envs.recv()
-    return rate
-
-
 def measure(seconds: float, rounds: int) -> dict[str, dict[str, float]]:
     """Every setting's figures (env steps/s; the driver's µs per round trip), medians of rounds.
 
@@ -126,14 +110,15 @@ def measure(seconds: float, rounds: int) -> dict[str, dict[str, float]]:
                 ("HalfCheetah", halfcheetah, 8),
                 ("CartPole", cartpole, 64),
             ):
-                envs = _vec(env_fn, 2, per_worker, node, transport)
+                make = functools.partial(_vec, env_fn, 2, per_worker, node, transport)
+                envs = make()
                 try:
                     row.setdefault(f"{name} lockstep", []).append(lockstep(envs, seconds)[0])
-                    if name == "HalfCheetah":
-                        rate = first_ready(envs, 8, seconds)
-                        row.setdefault("HalfCheetah first-ready", []).append(rate)
                 finally:
                     envs.close()
+                if name == "HalfCheetah":  # (pre-drawn actions; it closes its own vector env)
+                    rate = first_ready(make, None, 8, seconds)
+                    row.setdefault("HalfCheetah first-ready", []).append(rate)
             envs = _vec(halfcheetah, 1, 8, node, transport)
             try:
                 _, thread, process = lockstep(envs, seconds)
