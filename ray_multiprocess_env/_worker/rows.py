@@ -64,6 +64,7 @@ class WorkerRows:
         self._span = (0, count)
         self._mirrored = False  # `mirror`: the rows travel after each reply
         self._written: Any = _NOTHING  # the positions written since the last tail
+        self._action_targets: list[RowTarget] = []  # where actions after a message go (`mirror`)
         self._private: SharedBatch | None = None
         self._shared_actions: Any = action_space  # the action space the shared rows are laid out by
         if uniform and all(s is not None and covered(s) for s in self._spaces):
@@ -142,12 +143,12 @@ class WorkerRows:
         self._private, self._shared_actions = batch, action_space
         self._use(views)
         self.shared = views
+        self._action_targets = [RowTarget(leaf) for leaf in views.action_leaves]
         self._mirrored, self._written = True, _NOTHING
 
     def take_actions(self, tail: memoryview) -> None:
         """Write the actions that arrived as raw rows (`stream.pack_rows`) into the rows."""
-        assert self.shared is not None
-        unpack_rows(tail, [RowTarget(leaf) for leaf in self.shared.action_leaves])
+        unpack_rows(tail, self._action_targets)
 
     def written_tail(self) -> list[Buffer]:
         """The rows (and info columns) written since the last tail, as raw bytes; [] if none."""
@@ -184,7 +185,7 @@ class WorkerRows:
             _copy_rows(mine, self.shared)
             self._use(mine)
         self.shared, self._blocks, self.columns = None, {}, []
-        self._mirrored, self._written = False, _NOTHING
+        self._mirrored, self._written, self._action_targets = False, _NOTHING, []
 
     def _use(self, views: BatchViews) -> None:
         self.observations = views.observations
