@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from ray import cloudpickle
 
+from ray_multiprocess_env._protocol import status
 from ray_multiprocess_env._protocol.infos import Piece
 from ray_multiprocess_env.errors import _EnvFailures, _WorkerError
 
@@ -40,7 +41,6 @@ __all__ = [
     "dumps",
     "encode_result",
     "error_value",
-    "in_shared_memory",
     "loads",
     "run",
     "serve",
@@ -112,9 +112,9 @@ def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str
 
 def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
     """A reply's payload; a value that cannot be serialized becomes an error naming why."""
+    if ok and status.in_place(value):  # (a step or reset with everything in place)
+        return status.answer(value[4][1], value[5])
     try:
-        if ok and in_shared_memory(value):  # (plain data: `dumps` need not look)
-            return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
         return dumps((ok, value))
     except Exception as err:
         culprits = _unserializable_envs(value, env_indices)
@@ -123,24 +123,6 @@ def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> byte
         failures = [(i, type(err).__name__, message, text) for i in culprits]
         error = _EnvFailures(op, failures)
         return dumps((False, (error, str(error))))
-
-
-def in_shared_memory(value: Any) -> bool:
-    """Whether `value` is a reply of rows and infos all in shared memory (every hot step's)."""
-    if type(value) is not tuple or len(value) != 6:
-        return False
-    observations, rewards, terminations, truncations, infos, old_api = value
-    return (
-        observations is None
-        and rewards is None
-        and terminations is None
-        and truncations is None
-        and type(infos) is tuple
-        and len(infos) == 2
-        and infos[0] is None
-        and type(infos[1]) is int
-        and type(old_api) is bool
-    )
 
 
 def error_value(err: BaseException) -> BaseException:
@@ -247,7 +229,7 @@ def run(handle: Callable[[str, tuple[Any, ...]], Any], payload: bytes) -> tuple[
     """
     op = "?"
     try:
-        op, args = loads(payload)
+        op, args = status.operation(payload) if status.is_record(payload) else loads(payload)
         return op, True, handle(op, args)
     except Exception as err:
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))

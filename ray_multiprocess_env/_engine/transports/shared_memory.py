@@ -23,11 +23,9 @@ from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport, decode_reply
 from ray_multiprocess_env._protocol.pipes import dumps
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
+from ray_multiprocess_env._protocol.status import DOORBELL
 
-__all__ = ["DOORBELL", "SharedMemoryTransport"]
-
-#: A full step whose actions are in shared memory.
-DOORBELL = dumps(("step", (None, None)))
+__all__ = ["SharedMemoryTransport"]
 
 
 class SharedMemoryTransport(PipeTransport):

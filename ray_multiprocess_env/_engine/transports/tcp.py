@@ -31,12 +31,10 @@ import ray
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
-from ray_multiprocess_env._engine.transports.shared_memory import (
-    DOORBELL,
-    SharedMemoryTransport,
-)
+from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env._protocol.pipes import dumps
 from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
+from ray_multiprocess_env._protocol.status import DOORBELL
 from ray_multiprocess_env._protocol.stream import (
     RowTarget,
     handshake_driver,

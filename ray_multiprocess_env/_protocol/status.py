@@ -1,0 +1,84 @@
+"""The status record: a step's doorbell and a worker's answer as 16 fixed bytes, no pickle.
+
+A step of every env of a worker whose actions are in its rows (shared memory, or raw bytes after
+the message over a TCP stream) needs no arguments, and a worker whose envs all answered well,
+with their rows written and every info in its column, has nothing to say but which columns it
+wrote and whether an env spoke old gym's API. Both then travel as one `RECORD` in place of a
+pickle: the driver rings with `DOORBELL` (the worker reads it with `operation`), the worker
+answers with `answer` (the driver reads it with `reply`). Everything else (an env error, infos
+off the columns, any other operation) is a pickled message as before. The two never mix up: a
+pickle (protocol 2 and later) starts with byte 0x80, a record with byte 0. Over a TCP stream the
+rows follow a record as they follow a pickle.
+
+Both ends import this module; it imports nothing of the driver side.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+__all__ = ["DOORBELL", "RECORD", "answer", "in_place", "is_record", "operation", "reply"]
+
+#: tag (0), kind, padding, the info columns written (a bit each)
+RECORD = struct.Struct("<BB6xQ")
+_TAG = 0
+_STEP = 1  # the driver's doorbell: step every env of the worker
+_OK = 2  # the worker's answer: every env answered well, rows and infos in place
+_OK_OLD_API = 3  # the same, and an env spoke old gym's API
+
+#: The doorbell of a step of every env whose actions are in the rows.
+DOORBELL = RECORD.pack(_TAG, _STEP, 0)
+
+
+def is_record(payload: Any) -> bool:
+    """Whether the message `payload` (bytes, maybe rows after it) starts with a record."""
+    return len(payload) >= RECORD.size and payload[0] == _TAG
+
+
+def answer(columns: int, old_api: bool) -> bytes:
+    """The worker's answer to a step or reset that went well in place (`in_place`)."""
+    return RECORD.pack(_TAG, _OK_OLD_API if old_api else _OK, columns)
+
+
+def operation(payload: Any) -> tuple[str, tuple[Any, ...]]:
+    """The operation a record from the driver stands for (the worker's side of `DOORBELL`).
+
+    Raises:
+        ValueError: If `payload` is not a doorbell.
+    """
+    _, kind, _ = RECORD.unpack_from(payload)
+    if kind != _STEP:
+        raise ValueError(f"not a doorbell: a status record of kind {kind}")
+    return "step", (None, None)
+
+
+def reply(payload: Any) -> tuple[Any, Any, Any, Any, Any, bool]:
+    """The reply a record from a worker stands for: nothing but the columns written.
+
+    Raises:
+        ValueError: If `payload` is not a worker's answer.
+    """
+    _, kind, columns = RECORD.unpack_from(payload)
+    if kind not in (_OK, _OK_OLD_API):
+        raise ValueError(f"not a worker's answer: a status record of kind {kind}")
+    return None, None, None, None, (None, columns), kind == _OK_OLD_API
+
+
+def in_place(value: Any) -> bool:
+    """Whether a step's or reset's `value` has everything in place (`answer` says it all)."""
+    if type(value) is not tuple or len(value) != 6:
+        return False
+    observations, rewards, terminations, truncations, infos, old_api = value
+    return (
+        observations is None
+        and rewards is None
+        and terminations is None
+        and truncations is None
+        and type(infos) is tuple
+        and len(infos) == 2
+        and infos[0] is None
+        and type(infos[1]) is int
+        and 0 <= infos[1] < 1 << 64
+        and type(old_api) is bool
+    )
