@@ -24,13 +24,13 @@ __all__ = [
     "env_has_attr",
     "env_is_wrapped",
     "env_set_attr",
+    "from_step",
     "is_obs_and_info",
     "reset_as_step",
     "reset_env",
     "reset_obs",
     "reset_with_seed",
     "restart_seed",
-    "step_env",
 ]
 
 
@@ -175,15 +175,14 @@ def reset_env(env: Any, seed: int | None = None, options: Any = None) -> tuple[A
     return result, {}, True
 
 
-def step_env(env: Any, action: Any) -> tuple[Any, Any, bool, bool, Any, bool]:
-    """Step `env`: ``(obs, reward, terminated, truncated, info, old_api)``.
+def from_step(result: Any) -> tuple[Any, Any, bool, bool, Any, bool]:
+    """The `result` of an env's ``step``: ``(obs, reward, terminated, truncated, info, old_api)``.
 
     An old-gym env's ``(obs, reward, done, info)`` counts as terminated when done.
 
     Raises:
-        TypeError: If ``step`` returns neither 5 nor 4 items.
+        TypeError: If ``step`` returned neither 5 nor 4 items.
     """
-    result = env.step(action)
     if isinstance(result, tuple) and len(result) == 5:
         return (*result, False)
     if isinstance(result, tuple) and len(result) == 4:

@@ -30,7 +30,7 @@ from gymnasium.vector.utils import batch_space
 from ray_multiprocess_env._protocol.infos import InfoBatcher
 from ray_multiprocess_env._worker.rows import WorkerRows
 from ray_multiprocess_env.batch import unstack
-from ray_multiprocess_env.compat import reset_env, restart_seed, step_env
+from ray_multiprocess_env.compat import from_step, reset_env, restart_seed
 from ray_multiprocess_env.errors import _EnvFailures
 
 __all__ = ["Rebuild", "Reply", "WorkerBatch"]
@@ -183,27 +183,37 @@ class WorkerBatch:
         return self._reply("step", positions, old_api, failures)
 
     def _step_one(self, k: int, action: Any) -> bool:
-        """Step env `k` (the hot path); whether it spoke old gym's API."""
+        """Step env `k` (the hot path); whether it spoke old gym's API.
+
+        The common case (no report owed, no autoreset due, gymnasium's 5 items) is written
+        out here, without a call per step beyond the env's own: it runs once per env and step.
+        """
         if self.lost[k] is not None:
             return self._report_lost(k)
-        env, rows = self.envs[k], self.rows
-        if self._next_step and self._autoreset[k]:
+        rows, autoreset = self.rows, self._autoreset
+        if autoreset[k] and self._next_step:
             obs, info, old_api = self._autoreset_env(k)
             rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
-            self._autoreset[k] = False
+            autoreset[k] = False
         else:
-            obs, reward, terminated, truncated, info, old_api = step_env(env, action)
+            result = self.envs[k].step(action)
+            if type(result) is tuple and len(result) == 5:
+                obs, reward, terminated, truncated, info = result
+                old_api = False
+            else:
+                obs, reward, terminated, truncated, info, old_api = from_step(result)
             rows.rewards[k], rows.terminations[k], rows.truncations[k] = (
                 reward,
                 terminated,
                 truncated,
             )
-            self._autoreset[k] = bool(terminated or truncated)
-            if self._same_step and self._autoreset[k]:
+            autoreset[k] = done = bool(terminated or truncated)
+            if done and self._same_step:
                 self._add_info(k, {"final_obs": obs, "final_info": info})
                 obs, info, _ = self._autoreset_env(k)
         rows.write_obs(k, obs)
-        self._add_info(k, info)
+        if info:
+            self._add_info(k, info)
         return old_api
 
     def _report_lost(self, k: int) -> bool:
