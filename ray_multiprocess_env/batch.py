@@ -85,6 +85,21 @@ def copy_batch(batch: Any) -> Any:
     return np.array(batch)
 
 
+def read_only(batch: Any) -> Any:
+    """Views of a batch of arrays (nested as gymnasium batches are) that cannot be written.
+
+    What ``copy=False`` hands out: the engine's own arrays, valid until its next call, which a
+    user must not change in place (they are the workers' rows in shared memory).
+    """
+    if isinstance(batch, dict):
+        return {key: read_only(value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(read_only(value) for value in batch)
+    view = batch.view()
+    view.flags.writeable = False
+    return view
+
+
 def split_batch(
     space: spaces.Space[Any], batch: Any, bounds: Sequence[tuple[int, int]]
 ) -> list[Any]:

@@ -125,6 +125,32 @@ def test_copy_false_returns_a_view_that_the_next_step_overwrites():
         assert np.array_equal(first, kept)
 
 
+@pytest.mark.parametrize("transport", ["auto", "tcp", "ray"])
+def test_copy_false_hands_out_read_only_views_and_copy_true_arrays_of_their_own(transport):
+    """What the docs promise: with ``copy=False`` the batch cannot be changed in place."""
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    with contextlib.closing(
+        GymnasiumVectorEnv(fns, envs_per_worker=2, copy=False, transport=transport)
+    ) as envs:
+        obs, _ = envs.reset(seed=0)
+        results = envs.step(np.ones(4, dtype=np.int64))
+        for array in (obs, *results[:4]):
+            assert not array.flags.writeable
+            with pytest.raises(ValueError, match="read-only"):
+                array[0] = array[0]
+        envs.send(np.ones(4, dtype=np.int64), env_ids=[0, 1, 2, 3])
+        received = envs.recv(2)  # (a `recv`'s rows are copies of their own)
+        assert all(array.flags.writeable for array in received[:4])
+        if len(received[4]["env_id"]) < 4:  # (both workers may have answered already)
+            envs.recv()
+    with contextlib.closing(
+        GymnasiumVectorEnv(fns, envs_per_worker=2, transport=transport)
+    ) as envs:
+        obs, _ = envs.reset(seed=0)
+        results = envs.step(np.ones(4, dtype=np.int64))
+        assert all(array.flags.writeable for array in (obs, *results[:4]))
+
+
 def test_spaces_not_covered_are_serialized():
     """A Text observation space has no shared layout: the pipes carry everything, as before."""
 

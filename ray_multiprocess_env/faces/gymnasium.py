@@ -25,7 +25,7 @@ from ray_multiprocess_env._engine.options import (
     check_length,
     check_seed_list,
 )
-from ray_multiprocess_env.batch import check_rows, copy_batch
+from ray_multiprocess_env.batch import check_rows, copy_batch, read_only
 from ray_multiprocess_env.errors import RemoteEnvError
 
 if TYPE_CHECKING:
@@ -58,8 +58,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         check_actions: Check each env's action against ``single_action_space`` on the driver
             before sending; an action outside it raises `ValueError` naming the env.
         copy: As gymnasium's `AsyncVectorEnv`: with True (default) `reset` and `step` return
-            observations of their own; with False, the engine's batch itself (a view of the
-            shared memory on this node), which the next `step` or `reset` overwrites.
+            arrays of their own; with False, read-only views of the engine's batch itself (the
+            shared memory on this node), which the next `step` or `reset` overwrites: copy
+            what you keep, and change nothing in place.
         **options: Where and how the workers run and what a failure does: `WorkerOptions`
             (``actor_options``, ``placement``, ``timeout``, ``on_actor_failure``,
             ``transport``, ``on_env_error``, ``max_restarts``).
@@ -176,13 +177,22 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             raise
 
     def _results(self, batch: Batch) -> StepReturn:
-        rewards, terminations, truncations = (np.array(a) for a in batch.arrays())
+        arrays = batch.arrays()
+        if batch.shared:  # the engine's own arrays (else a `recv`'s copies)
+            arrays = tuple(a.copy() for a in arrays) if self.copy else read_only(arrays)
+        rewards, terminations, truncations = arrays
         self._finished = terminations | truncations
         return self._observations(batch), rewards, terminations, truncations, batch.infos
 
     def _observations(self, batch: Batch) -> Any:
-        """The batched observations: of their own (``copy=True``), or the engine's batch."""
-        return copy_batch(batch.observations) if self.copy and batch.shared else batch.observations
+        """The batched observations, handed out once.
+
+        Arrays of their own (``copy=True``), else read-only views of the engine's batch, valid
+        until its next call.
+        """
+        if not batch.shared:
+            return batch.observations
+        return copy_batch(batch.observations) if self.copy else read_only(batch.observations)
 
     # -- first-ready stepping (envpool's send/recv) -----------------------------------------
     def async_reset(
