@@ -124,9 +124,8 @@ class CallState:
         with deferred_interrupts():
             busy = self.busy
             for item in items:
-                envs = item[0].envs
-                busy.put(envs, True)
-                self.busy_count += len(envs)
+                _mark(busy, item[0].envs, True)
+                self.busy_count += len(item[0].envs)
             self.in_flight = self.in_flight + items
             self._settle_state()
 
@@ -140,7 +139,7 @@ class CallState:
         with deferred_interrupts():
             busy = self.busy
             for ticket, _ in done:
-                busy.put(ticket.envs, False)
+                _mark(busy, ticket.envs, False)
                 self.busy_count -= len(ticket.envs)
             self.in_flight = left
             self._settle_state()
@@ -183,9 +182,19 @@ class CallState:
                 "recv",
             )
         wanted = busy if batch_size is None else batch_size
+        if type(wanted) is int and wanted > 0:
+            return wanted
         if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
             raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
         return int(wanted)
+
+
+def _mark(busy: np.ndarray, envs: Sequence[int], value: bool) -> None:
+    """Mark a ticket's `envs` busy or not (a `range`, a worker's whole run: one slice)."""
+    if type(envs) is range:
+        busy[envs.start : envs.stop] = value
+    else:
+        busy.put(envs, value)
 
 
 def hand_out(

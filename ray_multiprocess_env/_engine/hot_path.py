@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import select
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call, CallState, State, hand_out
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
@@ -45,7 +45,7 @@ class HotPath:
         workers = pool.workers
         self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
         self._lists = [w.env_list for w in workers]
-        self._tuples = [tuple(w.envs) for w in workers]
+        self._ranges = [w.envs for w in workers]
         self._every_worker = [(w.index, w.envs.start) for w in workers]
         self._transports: list[Any] = []
         # a poller of the pipes of each set of workers waited on (a bit per worker)
@@ -53,14 +53,13 @@ class HotPath:
 
     def _hot_transports(self) -> list[HotTransport] | None:
         """The workers' transports if every one is hot (and was working when last replaced)."""
-        transports = [w.transport for w in self._pool.workers]
+        transports: list[Any] = [w.transport for w in self._pool.workers]
         if transports != self._transports:  # (by identity: a worker was replaced)
-            if not all(t.hot for t in transports):
-                return None
-            if any(t.broken for t in cast(list[HotTransport], transports)):
-                return None
+            for transport in transports:
+                if not transport.hot or transport.broken:
+                    return None
             self._transports, self._pollers = transports, {}
-        return cast(list[HotTransport], self._transports)
+        return self._transports
 
     def _poller(self, tickets: list[Ticket]) -> tuple[Any, dict[int, HotTransport]]:
         """A poller of the pipes of the `tickets`' workers, and their transports by descriptor.
@@ -75,7 +74,7 @@ class HotPath:
         if found is None:
             poller, by_fd = select.poll(), {}
             for ticket in tickets:
-                transport = cast(HotTransport, ticket.transport)
+                transport: Any = ticket.transport
                 fd = transport.fileno()
                 if fd not in by_fd:
                     poller.register(fd, select.POLLIN)
@@ -86,8 +85,8 @@ class HotPath:
     def _ring(self, actions: Any, runs: list[tuple[int, int]]) -> list[Ticket] | None:
         """Step the workers of `runs` (all or none): their tickets, or None if one cannot.
 
-        A Ctrl-C held back while they are rung is raised after, before the caller keeps the
-        tickets: the call is given up, as `Calls.launch`'s.
+        Call it with interrupts held back (``with DEFERRED``): a Ctrl-C meanwhile is raised
+        after, before the caller keeps the tickets: the call is given up, as `Calls.launch`'s.
         """
         transports = self._hot_transports()
         if transports is None or type(actions) is not np.ndarray or self._pool.lost_episodes.any:
@@ -99,18 +98,17 @@ class HotPath:
                 return None
             chunks.append(chunk)
         workers, tickets = self._pool.workers, []
-        with deferred_interrupts():  # every worker rung, or none
-            try:
-                for (worker, _), chunk in zip(runs, chunks, strict=True):
-                    ticket = Ticket(
-                        worker, workers[worker].generation, "step", (chunk, None),
-                        self._tuples[worker], True,
-                    )  # fmt: skip
-                    transports[worker].ring(ticket, chunk)
-                    tickets.append(ticket)
-            except BaseException:
-                _give_up(tickets)
-                raise
+        try:  # every worker rung, or none
+            for (worker, _), chunk in zip(runs, chunks, strict=True):
+                ticket = Ticket(
+                    worker, workers[worker].generation, "step", (chunk, None),
+                    self._ranges[worker], True,
+                )  # fmt: skip
+                transports[worker].ring(ticket, chunk)
+                tickets.append(ticket)
+        except BaseException:
+            _give_up(tickets)
+            raise
         return tickets
 
     def _answers(
@@ -148,7 +146,8 @@ class HotPath:
     # -- the full step, and a step of some workers' envs ------------------------------------------
     def launch_step(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""
-        tickets = self._ring(actions, self._every_worker)
+        with DEFERRED:
+            tickets = self._ring(actions, self._every_worker)
         return None if tickets is None else Call("step", label, tickets)
 
     def step_wait(self, call: Call, deadline: float | None) -> Batch | None:
@@ -163,7 +162,10 @@ class HotPath:
     def launch_envs(self, actions: Any, env_ids: Any, label: str) -> Call | None:
         """`Engine.step_envs`'s call, if its envs are whole workers' (None: not sent)."""
         runs = whole_worker_runs(self._lists, self._owner, env_ids)
-        tickets = None if runs is None else self._ring(actions, runs)
+        if runs is None:
+            return None
+        with DEFERRED:
+            tickets = self._ring(actions, runs)
         return None if tickets is None else Call("step", label, tickets)
 
     def step_envs(self, call: Call, env_ids: np.ndarray, deadline: float | None) -> Batch | None:
@@ -184,17 +186,15 @@ class HotPath:
         runs = whole_worker_runs(self._lists, self._owner, env_ids)
         if runs is None:
             return False
-        if state.busy_count:
-            busy, lists = state.busy, self._lists
+        for ticket, _ in state.in_flight:  # (a worker with envs in flight has a ticket out)
             for worker, _ in runs:
-                envs = lists[worker]
-                if busy[envs[0] : envs[-1] + 1].any():
+                if ticket.worker == worker:
                     return False
-        with deferred_interrupts():  # rung and in flight, or neither
+        with DEFERRED:  # rung and in flight, or neither
             tickets = self._ring(actions, runs)
             if tickets is None:
                 return False
-            self._state.put_in_flight((ticket, "step") for ticket in tickets)
+            self._state.put_in_flight([(ticket, "step") for ticket in tickets])
         return True
 
     def recv(self, min_envs: int, deadline: float | None, finish: Callable[[Batch], T]) -> T:
@@ -216,7 +216,10 @@ class HotPath:
         if answers is None:
             raise NotHot
         # (the envs each ticket ran: a slow path's `send` may have sent some of a worker's)
-        ids = np.array(sorted(env for ticket in done for env in ticket.envs), dtype=np.int64)
+        if len(done) == 1 and type(done[0].envs) is range:  # (one worker's run: the usual)
+            ids = np.arange(done[0].envs.start, done[0].envs.stop, dtype=np.int64)
+        else:
+            ids = np.array(sorted(env for t in done for env in t.envs), dtype=np.int64)
         make = lambda: finish(self._store.rows_of(ids, *answers))  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, done, ids, make)
 
@@ -234,6 +237,9 @@ class HotPath:
             if ticket.transport is not transport or transport.broken:  # (a lost worker's)
                 return False
         poller, by_fd = self._poller(tickets)
+        for transport in by_fd.values():
+            if transport.wants_write:  # (reading does not write: once is enough)
+                return False
         while True:
             settled = envs_in = 0
             for ticket in tickets:
@@ -242,7 +248,7 @@ class HotPath:
             if envs_in >= min_envs or settled == len(tickets):
                 return True
             for transport in by_fd.values():
-                if transport.broken or transport.wants_write:
+                if transport.broken:
                     return False
             left = remaining(deadline)
             ready = poller.poll(None if left is None else int(left * 1000) + 1)

@@ -14,48 +14,66 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["deferred_interrupts"]
+__all__ = ["DEFERRED", "deferred_interrupts"]
 
 _SIGINT = int(signal.SIGINT)
 _MAIN_THREAD = threading.main_thread().ident
 
 
 class _DeferredInterrupts:
-    """See `deferred_interrupts`; a plain class, as it is entered a few times per step."""
+    """See `deferred_interrupts`: one object, entered a few times per step (nested: counted).
 
-    __slots__ = ("_previous", "_received")
-    _active = False  # whether the main thread is inside one already (nested ones do nothing)
+    Only the main thread defers (a signal handler runs there); on other threads entering and
+    leaving do nothing. The outermost block on the main thread swaps the SIGINT handler for
+    one that records the signal, and puts the old one back when it ends.
+    """
+
+    __slots__ = ("_depth", "_previous", "_received")
+
+    def __init__(self) -> None:
+        self._depth = 0  # nested blocks open on the main thread
+        self._previous: Any = None  # the handler swapped out (None: none swapped)
+        self._received: list[tuple[int, Any]] = []
 
     def __enter__(self) -> None:
-        self._previous = None
-        if _DeferredInterrupts._active or _thread.get_ident() != _MAIN_THREAD:
+        if _thread.get_ident() != _MAIN_THREAD:
             return
-        if _signal.getsignal(_SIGINT) is None:  # a handler set from C: leave it alone
+        if self._depth:
+            self._depth += 1  # (a SIGINT now is recorded: the handler is ours)
             return
-        self._received: list[tuple[int, Any]] = []
-        self._previous = _signal.signal(_SIGINT, self._record)
-        _DeferredInterrupts._active = True
+        if _signal.getsignal(_SIGINT) is not None:  # (None: a handler set from C, left alone)
+            self._received = []
+            previous = _signal.signal(_SIGINT, self._record)
+            self._previous = previous  # from here on a SIGINT is recorded, not raised
+        self._depth = 1
 
     def _record(self, signum: int, frame: Any) -> None:
         self._received.append((signum, frame))
 
     def __exit__(self, *exc_info: object) -> None:
-        previous = self._previous
-        if previous is None:
+        if _thread.get_ident() != _MAIN_THREAD:
             return
-        _DeferredInterrupts._active = False
+        self._depth -= 1
+        previous = self._previous
+        if self._depth or previous is None:
+            return
+        received, self._received, self._previous = self._received, [], None
         _signal.signal(_SIGINT, previous)
-        if self._received:
+        if received:
             if callable(previous):
-                previous(*self._received[0])
+                previous(*received[0])
             elif previous == _signal.SIG_DFL:
                 raise KeyboardInterrupt
+
+
+#: The guard itself (``with DEFERRED:``), for the hot path: `deferred_interrupts` returns it.
+DEFERRED = _DeferredInterrupts()
 
 
 def deferred_interrupts() -> _DeferredInterrupts:
     """Hold SIGINT back for a ``with`` block and deliver it after (main thread only).
 
-    Nested blocks do nothing; the C-level ``_signal`` functions keep the outer one cheap (a
+    Nested blocks only count; the C-level ``_signal`` functions keep the outer one cheap (a
     few microseconds), since it runs a few times per step.
     """
-    return _DeferredInterrupts()
+    return DEFERRED

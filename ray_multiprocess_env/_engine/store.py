@@ -149,7 +149,7 @@ class BatchStore:
             observations = stack(self._space, [self._obs_list[i] for i in env_ids.tolist()])
         arrays = (self.rewards[rows], self.terminations[rows], self.truncations[rows])
         if type(rows) is slice:
-            arrays = tuple(array.copy() for array in arrays)
+            arrays = (arrays[0].copy(), arrays[1].copy(), arrays[2].copy())
         if self._batched_infos:
             written = 0
             for _, (_, bits) in parts:

@@ -328,28 +328,32 @@ class Inbox:
         Reads go into a buffer made once: ``os.read`` of a large size allocates (and maps)
         that much memory on every call, which costs more than the read of a small reply.
         """
+        with self._guard():
+            return self.read(fd)
+
+    def read(self, fd: int) -> tuple[list[tuple[int, bytes]], bool]:
+        """`pump` for a caller that holds interrupts back around it already."""
         if self._scratch is None:
             self._scratch = bytearray(_READ_SIZE)
         scratch, ended = self._scratch, False
-        with self._guard():
-            while True:
-                try:
-                    count = os.readv(fd, [scratch])
-                except BlockingIOError:
-                    break
-                except OSError:  # a socket reset by the worker's end: as its end
-                    count = 0
-                if not count:
-                    ended = True
-                    break
-                if not self._data and HEADER.size <= count < _READ_SIZE:  # usually one message
-                    seq, size = HEADER.unpack_from(scratch)
-                    if count == HEADER.size + size:
-                        return [(seq, bytes(scratch[HEADER.size : count]))], False
-                self._data += memoryview(scratch)[:count]
-                if count < _READ_SIZE:
-                    break  # all there was, most likely: `poll` tells when more comes
-            return self._take(), ended
+        while True:
+            try:
+                count = os.readv(fd, [scratch])
+            except BlockingIOError:
+                break
+            except OSError:  # a socket reset by the worker's end: as its end
+                count = 0
+            if not count:
+                ended = True
+                break
+            if not self._data and HEADER.size <= count < _READ_SIZE:  # usually one message
+                seq, size = HEADER.unpack_from(scratch)
+                if count == HEADER.size + size:
+                    return [(seq, bytes(scratch[HEADER.size : count]))], False
+            self._data += memoryview(scratch)[:count]
+            if count < _READ_SIZE:
+                break  # all there was, most likely: `poll` tells when more comes
+        return self._take(), ended
 
     def _take(self) -> list[tuple[int, bytes]]:
         data = self._data

@@ -155,7 +155,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _check_step(self, actions: Any) -> None:
         check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
-        self._check_not_finished(range(self.num_envs))
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._check_not_finished(range(self.num_envs))
         self._check_in_space(actions, list(range(self.num_envs)))
 
     def step_wait(self, timeout: float | None = None) -> StepReturn:
@@ -177,10 +178,15 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             raise
 
     def _results(self, batch: Batch) -> StepReturn:
-        arrays = batch.arrays()
-        if batch.shared:  # the engine's own arrays (else a `recv`'s copies)
-            arrays = tuple(a.copy() for a in arrays) if self.copy else read_only(arrays)
-        rewards, terminations, truncations = arrays
+        rewards, terminations, truncations = batch.arrays()
+        if batch.shared and self.copy:  # the engine's own arrays (else a `recv`'s copies)
+            rewards, terminations, truncations = (
+                rewards.copy(),
+                terminations.copy(),
+                truncations.copy(),
+            )
+        elif batch.shared:
+            rewards, terminations, truncations = read_only((rewards, terminations, truncations))
         self._finished = terminations | truncations
         return self._observations(batch), rewards, terminations, truncations, batch.infos
 
@@ -232,7 +238,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _received(self, batch: Batch) -> StepReturn:
         rewards, terminations, truncations = batch.arrays()
-        self._finished[batch.env_ids] = terminations | truncations
+        if self.autoreset_mode is AutoresetMode.DISABLED:  # (only that mode checks it)
+            self._finished[batch.env_ids] = terminations | truncations
         infos = batch.infos
         infos["env_id"] = batch.env_ids
         return batch.observations, rewards, terminations, truncations, infos

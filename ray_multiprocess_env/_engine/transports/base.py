@@ -59,7 +59,7 @@ class Ticket:
         generation: int,
         op: str,
         args: tuple[Any, ...],
-        envs: tuple[int, ...],
+        envs: Sequence[int],
         shared_args: bool = False,
     ) -> None:
         self.worker, self.generation, self.op, self.args = worker, generation, op, args

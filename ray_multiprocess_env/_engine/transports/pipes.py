@@ -29,10 +29,10 @@ from typing import Any, cast
 import ray
 from ray.exceptions import RayError
 
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
-from ray_multiprocess_env._protocol.status import is_record
+from ray_multiprocess_env._protocol.status import RECORD_TAG
 from ray_multiprocess_env._protocol.status import reply as record_reply
 from ray_multiprocess_env.errors import RemoteFailure
 
@@ -207,8 +207,8 @@ class PipeTransport:
 
     def pump(self) -> None:
         """Read what has arrived and settle the tickets whose whole reply is in."""
-        with deferred_interrupts():  # from the kernel's buffer to the outcomes in one go
-            messages, ended = self._inbox.pump(self._done)
+        with DEFERRED:  # from the kernel's buffer to the outcomes in one go
+            messages, ended = self._inbox.read(self._done)
             for seq, payload in messages:
                 self._answered = seq
                 self._received(seq, payload)
@@ -267,7 +267,7 @@ class PipeTransport:
 def decode_reply(payload: bytes) -> Outcome:
     """The outcome a reply's bytes stand for (a status record, or a pickle)."""
     try:
-        if is_record(payload):
+        if payload[:1] == RECORD_TAG:  # (a pickle starts with 0x80)
             return Outcome(True, record_reply(payload))
         ok, value = loads(payload)
     except Exception as err:  # e.g. a class the driver cannot import

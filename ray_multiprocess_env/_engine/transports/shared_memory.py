@@ -139,7 +139,9 @@ class SharedMemoryTransport(PipeTransport):
 
     def _received(self, seq: int, payload: bytes) -> None:
         if seq != self._share_seq:
-            super()._received(seq, payload)
+            ticket = self._waiting.pop(seq, None)
+            if ticket is not None:  # (else a reply to a ticket given up on)
+                ticket.outcome = decode_reply(payload)
             return
         outcome = decode_reply(payload)  # (also when the `share` request was given up on)
         self._actions_shared = outcome.ok
