@@ -1,0 +1,260 @@
+"""Issue #41's targets in one run: ours against the bare-Python probe and gymnasium's loop.
+
+Run by hand from the repository root, on a machine with nothing else running (it writes the
+``against_probe`` section of docs/performance.md):
+
+    python -m benchmarks.against_probe [--probe ../shared/tools/sol_probe.py] [--rounds 3]
+
+The probe (``tools/sol_probe.py`` of the project's shared tools, a plain-Python vector env with
+no error handling) is the yardstick: forked workers stepping HalfCheetah-v5 in one shared block,
+one byte per wake-up. Each round runs every setting once, one after the other, for `--seconds`
+(this machine's speed drifts by a quarter within seconds, so the settings take turns and the
+table gives the median of the rounds):
+
+- HalfCheetah-v5, 16 envs: the probe in lockstep (pipes) and first-ready (2 workers); ours
+  lockstep ``step`` and first-ready ``recv(8)``/``send``, 2 workers x 8; gymnasium's
+  ``SyncVectorEnv(16)``; the same two of ours and ``SyncVectorEnv`` with the 256-wide torch MLP
+  of ``--suite policy`` acting in the driver (torch's defaults, as a trainer has them);
+- CartPole-v1, 2 workers x 64 against ``SyncVectorEnv(128)``;
+- the CPU time of the driver's main thread per ``step`` and per ``recv`` + ``send``, ours and the
+  probe's (the probe's less its set-up, measured by a run of no seconds);
+- a worker's CPU per env step against a raw loop over the same envs in the same process
+  (`benchmarks.worker_step`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import ray
+
+from benchmarks import worker_step
+from benchmarks.envs import action_samples
+from benchmarks.report import write_section
+from ray_multiprocess_env import make_vector_env
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = ROOT.parent / "shared" / "tools" / "sol_probe.py"
+CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
+
+
+def load_probe(path: Path) -> ModuleType:
+    """The probe's module (its functions run the variants)."""
+    spec = importlib.util.spec_from_file_location("sol_probe", path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no probe at {path}; pass --probe PATH")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _thread_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+def probe_run(probe: ModuleType, first_ready: bool, seconds: float) -> dict[str, float]:
+    """The probe's env steps/s and its driver's CPU per call (less its set-up)."""
+
+    def run(s: float) -> tuple[float, float]:
+        cpu = _thread_cpu()
+        rate = (
+            probe.run_async("cheetah", 16, s, 2)
+            if first_ready
+            else probe.run("cheetah", 16, s, "pipe")
+        )
+        return rate, _thread_cpu() - cpu
+
+    _, setup = run(0.0)
+    rate, cpu = run(seconds)
+    calls = rate * seconds / (8 if first_ready else 16)
+    return {"rate": rate, "driver_us": max(0.0, cpu - setup) / calls * 1e6}
+
+
+def ours_lockstep(
+    envs: Any, seconds: float, policy: Callable[[Any], Any] | None
+) -> dict[str, float]:
+    """Env steps/s of `step` (actions from `policy`, else pre-drawn) and driver CPU per step."""
+    actions = action_samples(envs.action_space)
+    obs, _ = envs.reset(seed=0)
+    for t in range(50):
+        obs, *_ = envs.step(actions[t % len(actions)] if policy is None else policy(obs))
+    cpu, start, count = _thread_cpu(), time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        obs, *_ = envs.step(actions[count % len(actions)] if policy is None else policy(obs))
+        count += 1
+    wall = time.perf_counter() - start
+    return {"rate": count * envs.num_envs / wall, "driver_us": (_thread_cpu() - cpu) / count * 1e6}
+
+
+def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
+    """Env steps/s of `recv(k)` + `send` and the driver's CPU per `recv` + `send`."""
+    actions = action_samples(envs.action_space)
+    envs.async_reset(seed=0)
+
+    def one(t: int) -> int:
+        *_, infos = envs.recv(batch_size=k)
+        ids = infos["env_id"]
+        envs.send(actions[t % len(actions)][: len(ids)], ids)
+        return len(ids)
+
+    for t in range(50):
+        one(t)
+    cpu, start, count, steps = _thread_cpu(), time.perf_counter(), 0, 0
+    while time.perf_counter() - start < seconds:
+        steps += one(count)
+        count += 1
+    wall = time.perf_counter() - start
+    envs.recv()
+    return {"rate": steps / wall, "driver_us": (_thread_cpu() - cpu) / count * 1e6}
+
+
+def _mlp(envs: Any) -> Callable[[Any], Any]:
+    """The policy suite's torch MLP (17 -> 256 -> 256 -> 6), torch's default threads."""
+    import torch
+
+    obs_size = int(np.prod(envs.single_observation_space.shape))
+    act_size = int(np.prod(envs.single_action_space.shape))
+    net = torch.nn.Sequential(
+        torch.nn.Linear(obs_size, 256), torch.nn.Tanh(),
+        torch.nn.Linear(256, 256), torch.nn.Tanh(),
+        torch.nn.Linear(256, act_size), torch.nn.Tanh(),
+    )  # fmt: skip
+
+    def act(obs: Any) -> Any:
+        with torch.no_grad():
+            return net(torch.as_tensor(obs, dtype=torch.float32)).numpy()
+
+    return act
+
+
+def one_round(probe: ModuleType | None, seconds: float) -> dict[str, dict[str, float]]:
+    """Every setting once, in turn."""
+    out: dict[str, dict[str, float]] = {}
+    if probe is not None:
+        out["probe lockstep"] = probe_run(probe, False, seconds)
+        out["probe first-ready"] = probe_run(probe, True, seconds)
+    envs = make_vector_env(CHEETAH, 16, num_workers=2)
+    out["ours lockstep"] = ours_lockstep(envs, seconds, None)
+    out["ours first-ready"] = ours_first_ready(envs, 8, seconds)
+    out["ours lockstep, MLP"] = ours_lockstep(envs, seconds, _mlp(envs))
+    envs.close()
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make(CHEETAH)] * 16)
+    out["SyncVectorEnv(16)"] = ours_lockstep(sync, seconds, None)
+    out["SyncVectorEnv(16), MLP"] = ours_lockstep(sync, seconds, _mlp(sync))
+    sync.close()
+    envs = make_vector_env(CARTPOLE, 128, num_workers=2)
+    out["CartPole ours lockstep"] = ours_lockstep(envs, seconds, None)
+    envs.close()
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make(CARTPOLE)] * 128)
+    out["CartPole SyncVectorEnv(128)"] = ours_lockstep(sync, seconds, None)
+    sync.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--probe", default=str(PROBE))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
+    args = parser.parse_args()
+    probe = load_probe(Path(args.probe)) if Path(args.probe).exists() else None
+    if probe is None:
+        print(f"no probe at {args.probe}: its rows are left out")
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
+    rounds = [one_round(probe, args.seconds) for _ in range(args.rounds)]
+    ray.shutdown()
+    worker = worker_step.measure(CHEETAH, 8, rounds=300)
+    medians = {
+        name: {key: statistics.median(r[name][key] for r in rounds) for key in rounds[0][name]}
+        for name in rounds[0]
+    }
+    report = _report(medians, rounds, worker, args)
+    print(report)
+    write_section(Path(args.out), "against_probe", report)
+    print(f"wrote {args.out}")
+
+
+def _report(
+    medians: dict[str, dict[str, float]],
+    rounds: list[dict[str, dict[str, float]]],
+    worker: dict[str, float],
+    args: argparse.Namespace,
+) -> str:
+    def rate(name: str) -> float:
+        return medians[name]["rate"]
+
+    def ratios(a: str, b: str) -> str:
+        each = ", ".join(f"{r[a]['rate'] / r[b]['rate']:.2f}" for r in rounds)
+        return f"{rate(a) / rate(b):.2f} (rounds: {each})"
+
+    versions = ", ".join(f"{p} {version(p)}" for p in ("ray", "gymnasium", "numpy", "mujoco"))
+    lines = [
+        "## Against the bare-Python probe (#41)",
+        "",
+        f"- Command: `python -m benchmarks.against_probe --rounds {args.rounds} "
+        f"--seconds {args.seconds:g}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}; {versions}",
+        "",
+        f"Medians of {args.rounds} rounds, each setting {args.seconds:g} s per round, the "
+        "settings taking turns.",
+        "",
+        "| setting | env steps/s | driver CPU per call (µs) |",
+        "|---|---:|---:|",
+    ]
+    for name, m in medians.items():
+        lines.append(f"| {name} | {m['rate']:,.0f} | {m['driver_us']:,.0f} |")
+    targets = [
+        ("ours lockstep >= 0.85x the probe's lockstep", "ours lockstep", "probe lockstep"),
+        ("ours first-ready >= 0.8x the probe's", "ours first-ready", "probe first-ready"),
+        ("ours lockstep >= 1.3x `SyncVectorEnv(16)`", "ours lockstep", "SyncVectorEnv(16)"),
+        (
+            "CartPole 2 x 64 >= 1.3x `SyncVectorEnv(128)`",
+            "CartPole ours lockstep",
+            "CartPole SyncVectorEnv(128)",
+        ),
+        (
+            "with the MLP: lockstep >= 1.2x `SyncVectorEnv(16)`",
+            "ours lockstep, MLP",
+            "SyncVectorEnv(16), MLP",
+        ),
+    ]
+    lines += ["", "| target (#41) | measured |", "|---|---:|"]
+    for label, a, b in targets:
+        if a in medians and b in medians:
+            lines.append(f"| {label} | {ratios(a, b)} |")
+    fr_us, step_us = medians["ours first-ready"]["driver_us"], medians["ours lockstep"]["driver_us"]
+    lines += [
+        f"| driver CPU per `recv` + `send` of 8 <= 45 µs | {fr_us:.0f} µs |",
+        f"| driver CPU per 2 x 8 `step` <= 60 µs | {step_us:.0f} µs |",
+        f"| a worker's CPU per env step within 15% of a raw loop | {worker['ours_us']:.1f} µs "
+        f"against {worker['raw_us']:.1f} µs: +{worker['overhead'] * 100:.1f}% |",
+    ]
+    if "probe lockstep" in medians:
+        lines += [
+            "",
+            f"The probe's driver spends {medians['probe lockstep']['driver_us']:.0f} µs per step "
+            f"and {medians['probe first-ready']['driver_us']:.0f} µs per first-ready round trip "
+            "on the same machine (its set-up subtracted).",
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""A worker's CPU per env step against a raw loop over the same envs, in one process.
+
+Run by hand from the repository root (`benchmarks.against_probe` runs it too):
+
+    python -m benchmarks.worker_step [--env HalfCheetah-v5] [--k 8]
+
+The worker is set up as the shared-memory transport sets it up (its rows in shared memory, the
+numeric infos in their columns) and answers the step's doorbell as its pipe loop does: the
+actions written into its rows, the message run, the status record made. The raw loop steps
+the same envs with the same actions (``env.step`` and a reset when an episode ends, nothing
+else). The two take turns every 10 calls, so the machine's drift falls on both alike; the CPU
+time is the thread's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+from ray_multiprocess_env._protocol import pipes
+from ray_multiprocess_env._protocol.infos import learnable
+from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
+from ray_multiprocess_env._protocol.status import DOORBELL
+from ray_multiprocess_env._worker.env_worker import EnvWorker, _plain_handle
+
+
+def measure(env_id: str, k: int, rounds: int = 300) -> dict[str, float]:
+    """µs of CPU per env step: ``raw_us``, ``ours_us``, and ``overhead`` (ours / raw - 1)."""
+    worker = EnvWorker(
+        [lambda: gym.make(env_id)] * k, list(range(k)), AutoresetMode.NEXT_STEP.value
+    )
+    first = worker.envs[0]
+    batch = SharedBatch.create(first.observation_space, first.action_space, k)
+    worker.handle("share", (batch.spec, 0, k))
+    worker.handle("reset", ([None] * k, None, None))
+    batched = gym.vector.utils.batch_space(first.action_space, k)
+    batched.seed(0)
+    actions = [batched.sample() for _ in range(64)]
+    leaf = batch.views(0, k).action_leaves[0]
+    handle, envs = _plain_handle(worker), worker.envs
+    leaf[...] = actions[0]
+    reply = pipes.run(handle, DOORBELL)[2]  # (its infos show which keys get a column)
+    specs = [s for s in (learnable(p) for p in (reply[4][0] or [])) if s is not None]
+    block = ColumnBlock.create(specs, k) if specs else None
+    if block is not None:
+        worker.handle("share_infos", ([block.spec],))
+
+    def ours(count: int, t: int) -> None:
+        for i in range(count):
+            leaf[...] = actions[(t + i) % 64]
+            _, ok, value = pipes.run(handle, DOORBELL)
+            pipes.encode_result(ok, value, worker.env_indices, "step")
+
+    def raw(count: int, t: int) -> None:
+        for i in range(count):
+            action = actions[(t + i) % 64]
+            for j, env in enumerate(envs):
+                _, _, terminated, truncated, _ = env.step(action[j])
+                if terminated or truncated:
+                    env.reset()
+
+    spent = {"raw": 0.0, "ours": 0.0}
+    for run in range(rounds):
+        order: list[tuple[str, Any]] = [("raw", raw), ("ours", ours)]
+        for name, loop in order if run % 2 else order[::-1]:
+            start = time.thread_time()
+            loop(10, run * 10)
+            spent[name] += time.thread_time() - start
+    worker.handle("close", ())
+    steps = rounds * 10 * k
+    raw_us, ours_us = spent["raw"] / steps * 1e6, spent["ours"] / steps * 1e6
+    return {"raw_us": raw_us, "ours_us": ours_us, "overhead": ours_us / raw_us - 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=300)
+    args = parser.parse_args()
+    result = measure(args.env, args.k, args.rounds)
+    print(
+        f"{args.env}, {args.k} envs: raw loop {result['raw_us']:.1f} µs, the worker "
+        f"{result['ours_us']:.1f} µs per env step (+{result['overhead'] * 100:.1f}%)"
+    )
+
+
+if __name__ == "__main__":
+    main()
