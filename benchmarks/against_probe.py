@@ -19,29 +19,31 @@ table gives the median of the rounds):
 - the CPU time of the driver's main thread per ``step`` and per ``recv`` + ``send``, ours and the
   probe's (the probe's less its set-up, measured by a run of no seconds);
 - a worker's CPU per env step against a raw loop over the same envs in the same process
-  (`benchmarks.worker_step`).
+  (`benchmarks.worker_step`);
+- the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import json
 import os
 import platform
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import ray
 
-from benchmarks import worker_step
+from benchmarks import driver_stages, worker_step
 from benchmarks.envs import action_samples
 from benchmarks.report import write_section
 from ray_multiprocess_env import make_vector_env
@@ -51,37 +53,52 @@ PROBE = ROOT.parent / "shared" / "tools" / "sol_probe.py"
 CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
 
 
-def load_probe(path: Path) -> ModuleType:
-    """The probe's module (its functions run the variants)."""
-    spec = importlib.util.spec_from_file_location("sol_probe", path)
-    if spec is None or spec.loader is None:
-        raise FileNotFoundError(f"no probe at {path}; pass --probe PATH")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_PROBE_RUN = """
+import importlib.util, json, resource, sys
+spec = importlib.util.spec_from_file_location("sol_probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+first_ready, seconds = sys.argv[2] == "first-ready", float(sys.argv[3])
+
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+def run(s):
+    start = cpu()
+    if first_ready:
+        rate = probe.run_async("cheetah", 16, s, 2)
+    else:
+        rate = probe.run("cheetah", 16, s, "pipe")
+    return rate, cpu() - start
+
+setup = run(0.0)[1]
+rate, spent = run(seconds)
+calls = rate * seconds / (8 if first_ready else 16)
+print(json.dumps({"rate": rate, "driver_us": max(0.0, spent - setup) / calls * 1e6}))
+"""
+
+
+def probe_run(probe: Path, first_ready: bool, seconds: float) -> dict[str, float]:
+    """The probe's env steps/s and its driver's CPU per call (less its set-up).
+
+    Run in a process of its own: the probe forks its workers, which a process with Ray's and
+    torch's threads should not do.
+    """
+    mode = "first-ready" if first_ready else "lockstep"
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE_RUN, str(probe), mode, str(seconds)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _thread_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_THREAD)
     return usage.ru_utime + usage.ru_stime
-
-
-def probe_run(probe: ModuleType, first_ready: bool, seconds: float) -> dict[str, float]:
-    """The probe's env steps/s and its driver's CPU per call (less its set-up)."""
-
-    def run(s: float) -> tuple[float, float]:
-        cpu = _thread_cpu()
-        rate = (
-            probe.run_async("cheetah", 16, s, 2)
-            if first_ready
-            else probe.run("cheetah", 16, s, "pipe")
-        )
-        return rate, _thread_cpu() - cpu
-
-    _, setup = run(0.0)
-    rate, cpu = run(seconds)
-    calls = rate * seconds / (8 if first_ready else 16)
-    return {"rate": rate, "driver_us": max(0.0, cpu - setup) / calls * 1e6}
 
 
 def ours_lockstep(
@@ -141,7 +158,7 @@ def _mlp(envs: Any) -> Callable[[Any], Any]:
     return act
 
 
-def one_round(probe: ModuleType | None, seconds: float) -> dict[str, dict[str, float]]:
+def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]:
     """Every setting once, in turn."""
     out: dict[str, dict[str, float]] = {}
     if probe is not None:
@@ -172,19 +189,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = parser.parse_args()
-    probe = load_probe(Path(args.probe)) if Path(args.probe).exists() else None
+    probe = Path(args.probe) if Path(args.probe).exists() else None
     if probe is None:
         print(f"no probe at {args.probe}: its rows are left out")
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
     rounds = [one_round(probe, args.seconds) for _ in range(args.rounds)]
+    stages = driver_stages.measure(CHEETAH, 8)
     ray.shutdown()
     worker = worker_step.measure(CHEETAH, 8, rounds=300)
     medians = {
         name: {key: statistics.median(r[name][key] for r in rounds) for key in rounds[0][name]}
         for name in rounds[0]
     }
-    report = _report(medians, rounds, worker, args)
+    report = (
+        _report(medians, rounds, worker, args) + "\n\n" + "\n".join(driver_stages.table(stages))
+    )
     print(report)
     write_section(Path(args.out), "against_probe", report)
     print(f"wrote {args.out}")
@@ -196,12 +216,10 @@ def _report(
     worker: dict[str, float],
     args: argparse.Namespace,
 ) -> str:
-    def rate(name: str) -> float:
-        return medians[name]["rate"]
-
     def ratios(a: str, b: str) -> str:
-        each = ", ".join(f"{r[a]['rate'] / r[b]['rate']:.2f}" for r in rounds)
-        return f"{rate(a) / rate(b):.2f} (rounds: {each})"
+        each = [r[a]["rate"] / r[b]["rate"] for r in rounds]  # (each round's pair: close in time)
+        listed = ", ".join(f"{x:.2f}" for x in each)
+        return f"{statistics.median(each):.2f} (rounds: {listed})"
 
     versions = ", ".join(f"{p} {version(p)}" for p in ("ray", "gymnasium", "numpy", "mujoco"))
     lines = [
@@ -213,7 +231,7 @@ def _report(
         f"- Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}; {versions}",
         "",
         f"Medians of {args.rounds} rounds, each setting {args.seconds:g} s per round, the "
-        "settings taking turns.",
+        "settings taking turns; a ratio is the median of the rounds' ratios.",
         "",
         "| setting | env steps/s | driver CPU per call (µs) |",
         "|---|---:|---:|",

@@ -7,9 +7,9 @@ Run by hand from the repository root (`benchmarks.against_probe` runs it too):
 The worker is set up as the shared-memory transport sets it up (its rows in shared memory, the
 numeric infos in their columns) and answers the step's doorbell as its pipe loop does: the
 actions written into its rows, the message run, the status record made. The raw loop steps
-the same envs with the same actions (``env.step`` and a reset when an episode ends, nothing
-else). The two take turns every 10 calls, so the machine's drift falls on both alike; the CPU
-time is the thread's own.
+as many envs of the same id with the same actions (``env.step`` and a reset when an episode
+ends, nothing else). The two take turns every 10 calls, so the machine's drift falls on both
+alike; the CPU time is the thread's own.
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ def measure(env_id: str, k: int, rounds: int = 300) -> dict[str, float]:
     batched.seed(0)
     actions = [batched.sample() for _ in range(64)]
     leaf = batch.views(0, k).action_leaves[0]
-    handle, envs = _plain_handle(worker), worker.envs
+    handle = _plain_handle(worker)
+    envs = [gym.make(env_id) for _ in range(k)]  # (the raw loop's own: the worker's autoreset
+    for seed, env in enumerate(envs):  # flags stay its own)
+        env.reset(seed=seed)
     leaf[...] = actions[0]
     reply = pipes.run(handle, DOORBELL)[2]  # (its infos show which keys get a column)
     specs = [s for s in (learnable(p) for p in (reply[4][0] or [])) if s is not None]
@@ -71,6 +74,11 @@ def measure(env_id: str, k: int, rounds: int = 300) -> dict[str, float]:
             loop(10, run * 10)
             spent[name] += time.thread_time() - start
     worker.handle("close", ())
+    for env in envs:
+        env.close()
+    for memory in (batch, block):
+        if memory is not None:
+            memory.close()
     steps = rounds * 10 * k
     raw_us, ours_us = spent["raw"] / steps * 1e6, spent["ours"] / steps * 1e6
     return {"raw_us": raw_us, "ours_us": ours_us, "overhead": ours_us / raw_us - 1}

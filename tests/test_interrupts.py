@@ -21,6 +21,7 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.hot_path import HotPath
+from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
 from tests.interrupts import interrupt_at_line, lines_of
@@ -48,6 +49,17 @@ STEP_CODE: list[Callable[..., Any]] = [
     HotPath._ring,
     Calls.launch,
     hand_out,
+]
+
+
+#: Where a reset is sent, waited for on the hot path, and where interrupts are held back.
+RESET_CODE: list[Callable[..., Any]] = [
+    Engine.reset,
+    Engine._run_reset,
+    HotPath.replies,
+    HotPath._answers,
+    type(DEFERRED).__enter__,
+    type(DEFERRED).__exit__,
 ]
 
 
@@ -111,6 +123,25 @@ def test_ctrl_c_at_any_line_of_step_gives_the_step_up(face, transport):
             obs = envs.step(np.ones(4, dtype=np.int64))[0]
             assert [float(np.asarray(o).ravel()[0]) for o in obs] == [c + 1 for c in before]
         assert fired_in > 5
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transport):
+    """Ctrl-C anywhere in a reset (or in holding interrupts back): the next calls all work."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        seeded = envs.reset(seed=7)[0][:, 0].tolist()
+        fired_in = 0
+        for function, line in _rounds(RESET_CODE):
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.reset(seed=3)
+            fired_in += bool(fired)
+            assert envs.reset(seed=7)[0][:, 0].tolist() == seeded, (function, line)
+            stepped = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
+            assert stepped == [c + 1 for c in seeded], (function, line)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
 
 
 def _counts(envs: Any) -> list[float]:

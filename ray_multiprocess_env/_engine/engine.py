@@ -199,11 +199,18 @@ class Engine(StepVerbs):
                 args.append(None)  # (otherwise it answers once earlier calls are done)
             else:
                 args.append((seeds[span], options_of_worker(options, span), worker_mask))
-        replies = self._calls.run("reset", args, label)
+        replies = self._run_reset(args, label)
         self._store.ready[envs if envs is not None else slice(None)] = True
         positions = [reset_positions(a) for a in args]
         make = lambda: self._assemble(replies, positions, envs)  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
+
+    def _run_reset(self, args: list[tuple[Any, ...] | None], label: str) -> list[Any]:
+        """The workers' replies to a reset: the hot path's wait while all goes well."""
+        call = self._calls.launch("reset", args, label)
+        hot, deadline = self._hot, deadline_in(self._pool.options.timeout)
+        replies = None if hot is None else hot.replies(call, deadline)
+        return self._calls.wait(call, deadline=deadline) if replies is None else replies
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(

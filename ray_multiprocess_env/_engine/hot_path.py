@@ -143,6 +143,20 @@ class HotPath:
             old_api |= reply[5]
         return parts, old_api
 
+    def replies(self, call: Call, deadline: float | None) -> list[Any] | None:
+        """One reply per worker (None where not called) once `call` (a reset) answered well.
+
+        None when the wait reaches `deadline`, or when anything about the call or its answers
+        is not the hot path's: `call` is then the slow path's to wait for and judge. A Ctrl-C
+        gives it up.
+        """
+        if self._pool.lost_episodes.any or self._answers(call.tickets, deadline) is None:
+            return None
+        out: list[Any] = [None] * len(self._lists)
+        for ticket in call.tickets:
+            out[ticket.worker] = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
+        return out
+
     # -- the full step, and a step of some workers' envs ------------------------------------------
     def launch_step(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""

@@ -57,8 +57,9 @@ class _DeferredInterrupts:
         previous = self._previous
         if self._depth or previous is None:
             return
-        received, self._received, self._previous = self._received, [], None
-        _signal.signal(_SIGINT, previous)
+        _signal.signal(_SIGINT, previous)  # (a SIGINT pending in it is recorded: still ours)
+        self._previous = None  # from here on a SIGINT goes to `previous`
+        received, self._received = self._received, []
         if received:
             if callable(previous):
                 previous(*received[0])

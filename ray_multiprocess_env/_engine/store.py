@@ -31,6 +31,8 @@ __all__ = ["BatchStore"]
 
 #: At most this many info keys get a column in shared memory.
 _MAX_COLUMNS = 64
+#: At most this many spans of rows keep their views (`BatchStore._span`).
+_MAX_SPANS = 64
 
 
 class BatchStore:
@@ -58,6 +60,7 @@ class BatchStore:
         self.columns: list[InfoColumn] = []
         self._blocks: list[ColumnBlock] = []
         self._learned: set[tuple[str, ...]] = set()
+        self._spans: dict[tuple[int, int, int], tuple[Any, ...]] = {}  # (`_span`)
         self.use_columns = share  # some worker writes numeric infos into columns (`learn`)
         self._memory: SharedBatch | None = None
         self._obs_list: list[Any] | None = None
@@ -136,9 +139,27 @@ class BatchStore:
     def rows_of(self, env_ids: np.ndarray, parts: list[tuple[int, Any]], old_api: bool) -> Batch:
         """The batch of the envs `env_ids` (ascending), all of which ran, with no info pieces.
 
-        Copies of their rows; a run of consecutive envs (a worker's) is one slice.
+        Copies of their rows; a run of consecutive envs (a worker's) is one slice, whose views
+        of every array are made once (`_span`).
         """
         first, last = int(env_ids[0]), int(env_ids[-1])
+        if last - first + 1 == len(env_ids) and self._batched_infos:
+            span = self._span(first, last + 1)
+            if span is not None:
+                written = 0
+                for _, (_, bits) in parts:
+                    written |= bits
+                observations, rewards, terminations, truncations, columns = span
+                return Batch(
+                    observations.copy(),
+                    rewards.copy(),
+                    terminations.copy(),
+                    truncations.copy(),
+                    columns_of(columns, written, None),
+                    env_ids,
+                    old_api,
+                    False,
+                )
         rows: Any = slice(first, last + 1) if last - first + 1 == len(env_ids) else env_ids
         observations = self.observations
         if type(observations) is np.ndarray:
@@ -158,6 +179,33 @@ class BatchStore:
         else:
             infos = self._infos(parts, len(env_ids), env_ids, _rows_map(env_ids, self.num_envs))
         return Batch(observations, *arrays, infos, env_ids, old_api, False)
+
+    def _span(self, start: int, stop: int) -> tuple[Any, ...] | None:
+        """Views of rows ``start..stop-1`` of every array and info column (None: no layout).
+
+        Made once per span (the envs of a worker) and kept until the columns change.
+        """
+        if type(self.observations) is not np.ndarray:
+            return None  # (nested spaces: `take` each leaf)
+        key = (start, stop, len(self.columns))
+        found = self._spans.get(key)
+        if found is None:
+            rows = slice(start, stop)
+            columns = [
+                InfoColumn((c.path, c.dtype, c.shape, c.origin), c.values[rows], c.mask[rows])
+                for c in self.columns
+            ]
+            found = (
+                self.observations[rows],
+                self.rewards[rows],
+                self.terminations[rows],
+                self.truncations[rows],
+                columns,
+            )
+            if len(self._spans) >= _MAX_SPANS or any(k[2] != key[2] for k in self._spans):
+                self._spans = {}  # (columns added, or many spans: the slow path's `recv`s)
+            self._spans[key] = found
+        return found
 
     def kept(self, batch: Batch, spans: Sequence[range]) -> tuple[Batch, dict[int, Any]]:
         """A copy of `batch` that later calls leave alone, and each worker's rows of it.
@@ -278,7 +326,7 @@ class BatchStore:
 
     def close(self) -> bool:
         """Release the memory; False while views handed out (``copy=False``) still hold some."""
-        self.columns = []
+        self.columns, self._spans = [], {}
         self.observations = self.rewards = self.terminations = self.truncations = None  # type: ignore[assignment]
         released = True
         for memory in [self._memory, *self._blocks]:

@@ -112,9 +112,10 @@ class InfoBatcher:
     def __init__(self, columns: Sequence[InfoColumn] = ()) -> None:
         self._columns = {column.path: column for column in columns}
         self._bits = {column.path: 1 << i for i, column in enumerate(columns)}
-        # the top-level keys with a column of scalars (most keys: the hot path of `add`)
+        # the top-level keys with a column of scalars (most keys: the hot path of `add`):
+        # ``(values, mask, bit, type)`` each
         self._scalars = {
-            column.path[0]: (column, 1 << i, column.origin)
+            column.path[0]: (column.values, column.mask, 1 << i, column.origin)
             for i, column in enumerate(columns)
             if len(column.path) == 1 and column.origin is not np.ndarray
         }
@@ -132,13 +133,13 @@ class InfoBatcher:
         """Add the info dict of the env at `position` (as gymnasium's ``_add_info``)."""
         entries, columns = self._entries, self._columns
         scalars = self._scalars if not prefix else {}
+        written = self._written
         for key, value in info.items():
             hit = scalars.get(key)
-            if hit is not None and type(value) is hit[2]:  # (`InfoColumn.fits`, for scalars)
-                scalar_column = hit[0]
-                scalar_column.values[position] = value
-                scalar_column.mask[position] = True
-                self._written |= hit[1]
+            if hit is not None and type(value) is hit[3]:  # (`InfoColumn.fits`, for scalars)
+                hit[0][position] = value
+                hit[1][position] = True
+                written |= hit[2]
                 continue
             path = (*prefix, key)
             if key == "final_obs":
@@ -150,7 +151,7 @@ class InfoBatcher:
                 if column is not None and column.fits(value):
                     column.values[position] = value
                     column.mask[position] = True
-                    self._written |= self._bits[path]
+                    written |= self._bits[path]
                     continue
                 kind = "value"
             entry = entries.get(path)
@@ -159,7 +160,10 @@ class InfoBatcher:
             entry[1].append(position)
             entry[2].append(value)
             if kind == "dict":
+                self._written = written
                 self.add(position, value, path)
+                written = self._written
+        self._written = written
 
     def finish(self) -> tuple[list[Piece] | None, int]:
         """What was added since `start`: the pieces not in columns, and the columns written.
@@ -286,24 +290,28 @@ def _kept(piece: Piece, rows: np.ndarray) -> tuple[Piece, np.ndarray]:
 
 def _columns_only(columns: Sequence[InfoColumn], written: int) -> dict[str, Any]:
     """The infos of a call of every env whose infos are all in the columns (the hot path)."""
-    return columns_of(columns, written, slice(None))
+    return columns_of(columns, written, None)
 
 
 def columns_of(columns: Sequence[InfoColumn], written: int, rows: Any) -> dict[str, Any]:
-    """The infos of the envs `rows` (a slice or an index array), all in the columns.
+    """The infos of the envs `rows`, all in the columns (None: every row of the columns).
 
-    Every env of those rows ran in the call and none had an info outside the columns; the
-    columns written (`written`, a bit each) hold this call's values, the others none.
+    `rows` is a slice or an index array. Every env of those rows ran in the call and none had
+    an info outside the columns; the columns written (`written`, a bit each) hold this call's
+    values, the others none.
     """
     infos: dict[str, Any] = {}
-    copy = type(rows) is slice  # (an index array copies already)
+    copy = type(rows) is not np.ndarray  # (an index array copies already)
     for i, column in enumerate(columns):
         if written >> i & 1:
             path = column.path
             node = infos
             for key in path[:-1]:
                 node = node.setdefault(key, {})
-            values, mask = column.values[rows], column.mask[rows]
+            if rows is None:
+                values, mask = column.values, column.mask
+            else:
+                values, mask = column.values[rows], column.mask[rows]
             node[path[-1]] = values.copy() if copy else values
             node[f"_{path[-1]}"] = mask.copy() if copy else mask
     return infos

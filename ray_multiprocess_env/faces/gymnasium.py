@@ -58,8 +58,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         check_actions: Check each env's action against ``single_action_space`` on the driver
             before sending; an action outside it raises `ValueError` naming the env.
         copy: As gymnasium's `AsyncVectorEnv`: with True (default) `reset` and `step` return
-            arrays of their own; with False, read-only views of the engine's batch itself (the
-            shared memory on this node), which the next `step` or `reset` overwrites: copy
+            observations of their own; with False, read-only views of the engine's batch itself
+            (the shared memory on this node), which the next `step` or `reset` overwrites: copy
             what you keep, and change nothing in place.
         **options: Where and how the workers run and what a failure does: `WorkerOptions`
             (``actor_options``, ``placement``, ``timeout``, ``on_actor_failure``,
@@ -178,15 +178,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             raise
 
     def _results(self, batch: Batch) -> StepReturn:
-        rewards, terminations, truncations = batch.arrays()
-        if batch.shared and self.copy:  # the engine's own arrays (else a `recv`'s copies)
-            rewards, terminations, truncations = (
-                rewards.copy(),
-                terminations.copy(),
-                truncations.copy(),
-            )
-        elif batch.shared:
-            rewards, terminations, truncations = read_only((rewards, terminations, truncations))
+        rewards, terminations, truncations = (np.array(a) for a in batch.arrays())  # (their own)
         self._finished = terminations | truncations
         return self._observations(batch), rewards, terminations, truncations, batch.infos
 
