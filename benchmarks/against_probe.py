@@ -17,7 +17,7 @@ table gives the median of the rounds):
   of ``--suite policy`` acting in the driver (torch's defaults, as a trainer has them);
 - CartPole-v1, 2 workers x 64 against ``SyncVectorEnv(128)``;
 - the CPU time of the driver's main thread per ``step`` and per ``recv`` + ``send``, ours and the
-  probe's (the probe's less its set-up, measured by a run of no seconds);
+  probe's (the probe's from the difference of a short and a long run, so its set-up cancels);
 - a worker's CPU per env step against a raw loop over the same envs in the same process
   (`benchmarks.worker_step`);
 - the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`).
@@ -72,15 +72,20 @@ def run(s):
         rate = probe.run("cheetah", 16, s, "pipe")
     return rate, cpu() - start
 
-setup = run(0.0)[1]
-rate, spent = run(seconds)
-calls = rate * seconds / (8 if first_ready else 16)
-print(json.dumps({"rate": rate, "driver_us": max(0.0, spent - setup) / calls * 1e6}))
+per_call = 8 if first_ready else 16
+run(0.0)  # (first-time costs)
+short_rate, short_cpu = run(1.0)
+rate, spent = run(seconds + 1.0)
+calls = (rate * (seconds + 1.0) - short_rate * 1.0) / per_call  # (the set-up cancels out)
+print(json.dumps({"rate": rate, "driver_us": (spent - short_cpu) / calls * 1e6}))
 """
 
 
 def probe_run(probe: Path, first_ready: bool, seconds: float) -> dict[str, float]:
-    """The probe's env steps/s and its driver's CPU per call (less its set-up).
+    """The probe's env steps/s and its driver's CPU per call.
+
+    The CPU per call is the difference of a run of 1 s and one of `seconds` + 1 s, per call
+    more: the set-up (forking, making envs) is the same in both.
 
     Run in a process of its own: the probe forks its workers, which a process with Ray's and
     torch's threads should not do.
@@ -269,7 +274,7 @@ def _report(
             "",
             f"The probe's driver spends {medians['probe lockstep']['driver_us']:.0f} µs per step "
             f"and {medians['probe first-ready']['driver_us']:.0f} µs per first-ready round trip "
-            "on the same machine (its set-up subtracted).",
+            "on the same machine (a run of 1 s subtracted from a longer one: its set-up).",
         ]
     return "\n".join(lines)
 
