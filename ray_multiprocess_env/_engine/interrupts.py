@@ -41,10 +41,11 @@ class _DeferredInterrupts:
         if self._depth:
             self._depth += 1  # (a SIGINT now is recorded: the handler is ours)
             return
-        if _signal.getsignal(_SIGINT) is not None:  # (None: a handler set from C, left alone)
+        if _signal.getsignal(_SIGINT) is None:  # a handler set from C: left alone
+            self._previous = None
+        else:
             self._received = []
-            previous = _signal.signal(_SIGINT, self._record)
-            self._previous = previous  # from here on a SIGINT is recorded, not raised
+            self._previous = _signal.signal(_SIGINT, self._record)  # (a SIGINT: recorded)
         self._depth = 1
 
     def _record(self, signum: int, frame: Any) -> None:
