@@ -143,23 +143,21 @@ class BatchStore:
         of every array are made once (`_span`).
         """
         first, last = int(env_ids[0]), int(env_ids[-1])
+        span = None
         if last - first + 1 == len(env_ids) and self._batched_infos:
             span = self._span(first, last + 1)
-            if span is not None:
-                written = 0
-                for _, (_, bits) in parts:
-                    written |= bits
-                observations, rewards, terminations, truncations, columns = span
-                return Batch(
-                    observations.copy(),
-                    rewards.copy(),
-                    terminations.copy(),
-                    truncations.copy(),
-                    columns_of(columns, written, None),
-                    env_ids,
-                    old_api,
-                    False,
-                )
+        if span is not None:
+            observations, rewards, terminations, truncations, columns = span
+            return Batch(
+                observations.copy(),
+                rewards.copy(),
+                terminations.copy(),
+                truncations.copy(),
+                columns_of(columns, _written(parts), None),
+                env_ids,
+                old_api,
+                False,
+            )
         rows: Any = slice(first, last + 1) if last - first + 1 == len(env_ids) else env_ids
         observations = self.observations
         if type(observations) is np.ndarray:
@@ -172,10 +170,7 @@ class BatchStore:
         if type(rows) is slice:
             arrays = (arrays[0].copy(), arrays[1].copy(), arrays[2].copy())
         if self._batched_infos:
-            written = 0
-            for _, (_, bits) in parts:
-                written |= bits
-            infos: Any = columns_of(self.columns, written, rows)
+            infos: Any = columns_of(self.columns, _written(parts), rows)
         else:
             infos = self._infos(parts, len(env_ids), env_ids, _rows_map(env_ids, self.num_envs))
         return Batch(observations, *arrays, infos, env_ids, old_api, False)
@@ -333,6 +328,14 @@ class BatchStore:
             if memory is not None:
                 released = memory.close() and released
         return released
+
+
+def _written(parts: Iterable[tuple[int, Any]]) -> int:
+    """The info columns any of these workers' replies wrote (a bit each)."""
+    written = 0
+    for _, (_, bits) in parts:
+        written |= bits
+    return written
 
 
 def _copy_rows(space: Any, batch: Any, rows: Any, values: Any) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 __all__ = [
     "DOORBELL",
     "RECORD",
-    "RECORD_TAG",
     "answer",
     "in_place",
     "is_record",
@@ -32,8 +31,6 @@ __all__ = [
 #: tag (0), kind, padding, the info columns written (a bit each)
 RECORD = struct.Struct("<BB6xQ")
 _TAG = 0
-#: A record's first byte, as bytes (``payload[:1] == RECORD_TAG``: a cheap first test).
-RECORD_TAG = bytes([_TAG])
 _STEP = 1  # the driver's doorbell: step every env of the worker
 _OK = 2  # the worker's answer: every env answered well, rows and infos in place
 _OK_OLD_API = 3  # the same, and an env spoke old gym's API

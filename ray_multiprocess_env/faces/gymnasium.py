@@ -155,8 +155,7 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _check_step(self, actions: Any) -> None:
         check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._check_not_finished(range(self.num_envs))
+        self._check_not_finished(range(self.num_envs))
         self._check_in_space(actions, list(range(self.num_envs)))
 
     def step_wait(self, timeout: float | None = None) -> StepReturn:

@@ -32,7 +32,7 @@ from ray.exceptions import RayError
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
-from ray_multiprocess_env._protocol.status import RECORD_TAG
+from ray_multiprocess_env._protocol.status import is_record
 from ray_multiprocess_env._protocol.status import reply as record_reply
 from ray_multiprocess_env.errors import RemoteFailure
 
@@ -267,7 +267,7 @@ class PipeTransport:
 def decode_reply(payload: bytes) -> Outcome:
     """The outcome a reply's bytes stand for (a status record, or a pickle)."""
     try:
-        if payload[:1] == RECORD_TAG:  # (a pickle starts with 0x80)
+        if is_record(payload):
             return Outcome(True, record_reply(payload))
         ok, value = loads(payload)
     except Exception as err:  # e.g. a class the driver cannot import

@@ -139,9 +139,7 @@ class SharedMemoryTransport(PipeTransport):
 
     def _received(self, seq: int, payload: bytes) -> None:
         if seq != self._share_seq:
-            ticket = self._waiting.pop(seq, None)
-            if ticket is not None:  # (else a reply to a ticket given up on)
-                ticket.outcome = decode_reply(payload)
+            super()._received(seq, payload)
             return
         outcome = decode_reply(payload)  # (also when the `share` request was given up on)
         self._actions_shared = outcome.ok
