@@ -17,7 +17,8 @@ table gives the median of the rounds):
   of ``--suite policy`` acting in the driver (torch's defaults, as a trainer has them);
 - CartPole-v1, 2 workers x 64 against ``SyncVectorEnv(128)``;
 - the CPU time of the driver's main thread per ``step`` and per ``recv`` + ``send``, ours and the
-  probe's (the probe's from the difference of a short and a long run, so its set-up cancels);
+  probe's (the probe's from the difference of a 1 s run and a longer one, so its set-up
+  cancels; with ``--seconds`` under about 2 that difference is mostly noise);
 - a worker's CPU per env step against a raw loop over the same envs in the same process
   (`benchmarks.worker_step`);
 - the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`).
@@ -40,13 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import ray
 
-from benchmarks import driver_stages, worker_step
+from benchmarks import driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
 from benchmarks.report import write_section
 from ray_multiprocess_env import make_vector_env
+from ray_multiprocess_env.bench_policies import make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT.parent / "shared" / "tools" / "sol_probe.py"
@@ -124,14 +125,8 @@ def ours_lockstep(
 
 def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
     """Env steps/s of `recv(k)` + `send` and the driver's CPU per `recv` + `send`."""
-    actions = action_samples(envs.action_space)
     envs.async_reset(seed=0)
-
-    def one(t: int) -> int:
-        *_, infos = envs.recv(batch_size=k)
-        ids = infos["env_id"]
-        envs.send(actions[t % len(actions)][: len(ids)], ids)
-        return len(ids)
+    one = loops.recv_send(envs, k)
 
     for t in range(50):
         one(t)
@@ -145,22 +140,8 @@ def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
 
 
 def _mlp(envs: Any) -> Callable[[Any], Any]:
-    """The policy suite's torch MLP (17 -> 256 -> 256 -> 6), torch's default threads."""
-    import torch
-
-    obs_size = int(np.prod(envs.single_observation_space.shape))
-    act_size = int(np.prod(envs.single_action_space.shape))
-    net = torch.nn.Sequential(
-        torch.nn.Linear(obs_size, 256), torch.nn.Tanh(),
-        torch.nn.Linear(256, 256), torch.nn.Tanh(),
-        torch.nn.Linear(256, act_size), torch.nn.Tanh(),
-    )  # fmt: skip
-
-    def act(obs: Any) -> Any:
-        with torch.no_grad():
-            return net(torch.as_tensor(obs, dtype=torch.float32)).numpy()
-
-    return act
+    """The policy suite's torch MLP (`bench_policies.make_policy`), torch's default threads."""
+    return make_policy("mlp", envs.single_observation_space, envs.single_action_space)
 
 
 def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]:

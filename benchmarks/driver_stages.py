@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 
-from benchmarks.envs import action_samples
+from benchmarks import loops
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine import call_state, first_ready, hot_path, store
 from ray_multiprocess_env._engine.transports import pipes, shared_memory
@@ -71,13 +71,8 @@ def _timed(spent: collections.Counter[str]) -> Iterator[None]:
 def measure(env_id: str, k: int, calls: int = 4000) -> dict[str, float]:
     """µs of the driver's CPU per round trip: ``total`` and each stage's."""
     envs = make_vector_env(env_id, 2 * k, num_workers=2)
-    actions = action_samples(envs.action_space)
     envs.async_reset(seed=0)
-
-    def one(t: int) -> None:
-        *_, infos = envs.recv(batch_size=k)
-        ids = infos["env_id"]
-        envs.send(actions[t % len(actions)][: len(ids)], ids)
+    one = loops.recv_send(envs, k)
 
     spent: collections.Counter[str] = collections.Counter()
     with _timed(spent):

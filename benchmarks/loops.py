@@ -213,6 +213,22 @@ def first_ready(
         vec.close()
 
 
+def recv_send(envs: Any, k: int) -> Callable[[int], int]:
+    """Round `t` of first-ready stepping: how many envs ``recv(batch_size=k)`` gave back.
+
+    The envs received are sent pre-drawn actions at once. Call ``envs.async_reset`` first.
+    """
+    actions = action_samples(envs.action_space)
+
+    def one(t: int) -> int:
+        *_, infos = envs.recv(batch_size=k)
+        ids = infos["env_id"]
+        envs.send(actions[t % len(actions)][: len(ids)], ids)
+        return len(ids)
+
+    return one
+
+
 def _policy_of(vec: Any, policy: str | None) -> Callable[[Any], Any]:
     """`policy` over `vec`'s spaces; None: pre-drawn actions (as many as asked for)."""
     single = getattr(vec, "single_observation_space", None)

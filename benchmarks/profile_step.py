@@ -30,6 +30,7 @@ import psutil
 import ray
 from gymnasium.vector import AutoresetMode
 
+from benchmarks import loops
 from benchmarks.envs import action_samples
 from benchmarks.report import write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
@@ -72,13 +73,8 @@ def _profile_first_ready(
 ) -> dict[str, float]:
     """Per `recv(k)` + `send` of one worker's envs: the same measures as `_profile`."""
     envs = GymnasiumVectorEnv([env_fn] * (WORKERS * k), envs_per_worker=k, transport=transport)
-    actions = action_samples(envs.action_space)
     envs.async_reset(seed=0)
-
-    def one(t: int) -> None:
-        *_, infos = envs.recv(batch_size=k)
-        ids = infos["env_id"]
-        envs.send(actions[t % len(actions)][: len(ids)], ids)
+    one = loops.recv_send(envs, k)
 
     result = _measure(envs, one, seconds, 1)
     envs.recv()
@@ -87,7 +83,7 @@ def _profile_first_ready(
 
 
 def _measure(
-    envs: GymnasiumVectorEnv, one: Callable[[int], None], seconds: float, workers_per_call: int
+    envs: GymnasiumVectorEnv, one: Callable[[int], Any], seconds: float, workers_per_call: int
 ) -> dict[str, float]:
     """Run `one(t)` for `seconds` after a warm-up: seconds per call, a worker's CPU per call."""
     pids = envs._engine.run_on_workers("pid")  # the profile reads the workers' CPU time
