@@ -104,3 +104,28 @@ class GraphActionEnv(gym.Env[np.ndarray, tuple]):
         graph, choice = action
         obs = np.array([len(graph.nodes), int(choice)], dtype=np.int64)
         return obs, 0.0, False, False, {}
+
+
+class BoundedEnv(gym.Env[np.ndarray, int]):
+    """Env `index`'s observations lie in ``[-index - 1, index + 1]``: its bounds are its own.
+
+    For gymnasium's ``observation_mode="different"``; `shape` changes the observations' shape,
+    `actions` the number of actions.
+    Seeded observations; episodes end on step 5.
+    """
+
+    def __init__(self, index: int, shape: tuple[int, ...] = (3,), actions: int = 2) -> None:
+        bound = float(index + 1)
+        self.action_space = gym.spaces.Discrete(actions)
+        self.observation_space = gym.spaces.Box(-bound, bound, shape=shape, dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.observation_space.seed(int(self.np_random.integers(1 << 30)))
+        return self.observation_space.sample(), {"t": self.t}
+
+    def step(self, action: int):
+        self.t += 1
+        obs = self.observation_space.sample()
+        return obs, float(action) + self.t, self.t >= 5, False, {"t": self.t}

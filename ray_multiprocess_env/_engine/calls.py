@@ -19,6 +19,7 @@ from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import EngineSpec
 from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
+from ray_multiprocess_env._protocol import space_match
 from ray_multiprocess_env.errors import EnvCrashedError, RemoteEnvError, _EnvFailures
 
 __all__ = [
@@ -167,31 +168,45 @@ class Calls:
                 out[worker.envs.start : worker.envs.stop] = result
         return out
 
-    def describe(self, require: bool) -> EngineSpec:
+    def describe(self, require: bool, observation_mode: Any = "same") -> EngineSpec:
         """The envs' spaces, metadata and render mode, asked of every worker.
 
+        `observation_mode`: gymnasium's ``"same"`` or ``"different"``, or the single
+        observation space of a given ``(batched, single)`` pair (`space_match`).
+
         Raises:
-            ValueError: If `require` and an env's spaces differ from env 0's (it is named).
+            ValueError: If `require` and an env's spaces do not fit (the env is named).
         """
         descriptions = self.run("describe", [()] * len(self.pool.workers), "describe")
         first: dict[str, Any] = descriptions[0]
-        mismatch = next((d["mismatch"] for d in descriptions if d["mismatch"]), None)
-        for worker, description in zip(self.pool.workers, descriptions, strict=True):
-            for space in ("observation_space", "action_space"):
-                if mismatch is None and description[space] != first[space]:
-                    mismatch = (
-                        f"env {worker.envs.start} has {space} {description[space]} but env 0 "
-                        f"has {first[space]}"
-                    )
-        if mismatch is not None and require:
-            raise ValueError(f"{mismatch}; every env of a vector env needs the same spaces.")
+        same = isinstance(observation_mode, str) and observation_mode == "same"
+        given = not isinstance(observation_mode, str)
+        single = observation_mode if given else first["observation_space"]
+        reference = (-1 if given else 0, single, first["action_space"])
+        key = "mismatch" if same else "layout_mismatch"
+        found = next((d[key] for d in descriptions if d[key]), None)
+        if found is None:
+            envs = [
+                (worker.envs.start, d["observation_space"], d["action_space"])
+                for worker, d in zip(self.pool.workers, descriptions, strict=True)
+            ]
+            found = space_match.mismatch(envs if given else envs[1:], reference, same)
+        if found is not None and require:
+            needs = "the same spaces" if same else "observations of one shape and dtype"
+            raise ValueError(f"{found}; every env of a vector env needs {needs}.")
+        spaces = [
+            d["observation_space"] if space is None else space
+            for d in descriptions
+            for space in d["observation_spaces"]
+        ]
         return EngineSpec(
             self.pool.num_envs,
-            first["observation_space"],
+            single,
             first["action_space"],
             first["metadata"],
             first["render_mode"],
-            mismatch is None and first["observation_space"] is not None,
+            found is None and single is not None,
+            tuple(spaces),
         )
 
     def close_envs(self, seconds: float) -> Exception | None:

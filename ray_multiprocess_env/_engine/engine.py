@@ -64,10 +64,18 @@ class Engine(StepVerbs):
         uniform: ``"require"``: every env must have the same spaces (a `ValueError` names
             one that differs); ``"prefer"``: envs that differ are stepped one by one;
             ``"none"``: the pool's envs are not asked (the user's own actors).
+        observation_mode: gymnasium's ``"same"`` or ``"different"``, or a given single
+            observation space (`Calls.describe`).
     """
 
     def __init__(
-        self, pool: Pool, *, name: str, info_layout: str = "batched", uniform: str = "require"
+        self,
+        pool: Pool,
+        *,
+        name: str,
+        info_layout: str = "batched",
+        uniform: str = "require",
+        observation_mode: Any = "same",
     ) -> None:
         self._pool, self._calls = pool, Calls(pool)
         self._state = CallState(name, pool.num_envs)
@@ -79,7 +87,7 @@ class Engine(StepVerbs):
         try:
             self.spec = EngineSpec(pool.num_envs)
             if uniform != "none":
-                self.spec = self._calls.describe(uniform == "require")
+                self.spec = self._calls.describe(uniform == "require", observation_mode)
             if self.spec.uniform:
                 local = any(w.node_id == _here() for w in pool.workers)
                 self._store = BatchStore(
@@ -117,6 +125,7 @@ class Engine(StepVerbs):
         name: str,
         info_layout: str = "batched",
         uniform: str = "require",
+        observation_mode: Any = "same",
         autoreset: bool = True,
         launcher: Launcher | None = None,
     ) -> Engine:
@@ -127,7 +136,13 @@ class Engine(StepVerbs):
         """
         worker_args = options.worker_args(info_layout, autoreset)
         pool = start_pool(env_fns, envs_per_worker, options, worker_args, launcher)
-        return cls(pool, name=name, info_layout=info_layout, uniform=uniform)
+        return cls(
+            pool,
+            name=name,
+            info_layout=info_layout,
+            uniform=uniform,
+            observation_mode=observation_mode,
+        )
 
     @classmethod
     def of_actors(

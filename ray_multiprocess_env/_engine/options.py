@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env.compat import as_autoreset_mode
@@ -33,6 +34,7 @@ __all__ = [
     "check_env_fns",
     "check_env_ids",
     "check_length",
+    "check_observation_mode",
     "check_positive_int",
     "check_seed_list",
     "check_worker_options",
@@ -264,6 +266,27 @@ def check_length(argument: str, value: Any, num_envs: int, expected: str) -> Non
         raise ValueError(
             f"`{argument}` has {length} entries but there are {num_envs} envs; pass {expected}."
         )
+
+
+def check_observation_mode(mode: Any) -> tuple[Any, Any]:
+    """The `observation_mode` of gymnasium as ``(what the envs are checked by, batched space)``.
+
+    ``"same"`` and ``"different"`` stay as they are (no batched space: it is made from the
+    envs'); a ``(batched, single)`` pair gives ``(single, batched)``.
+    """
+    if isinstance(mode, str) and mode in ("same", "different"):
+        return mode, None
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not all(isinstance(space, Space) for space in mode):
+            raise TypeError(
+                f"`observation_mode` as a pair must be (batched space, single space), both "
+                f"`gymnasium.spaces.Space`, got {mode!r}."
+            )
+        return mode[1], mode[0]
+    raise ValueError(
+        f"`observation_mode` must be 'same', 'different' or a (batched space, single space) "
+        f"pair, as for gymnasium's `SyncVectorEnv`, got {mode!r}."
+    )
 
 
 def check_env_ids(env_ids: Any, num_envs: int, argument: str = "env_ids") -> list[int]:

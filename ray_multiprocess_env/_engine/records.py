@@ -15,7 +15,8 @@ class EngineSpec:
     """The envs of an engine: how many, their spaces, metadata and render mode.
 
     The spaces are None for a pool of the user's own actors (they are not asked at start), and
-    `uniform` says whether every env has the same spaces (then batches have their layout).
+    `uniform` says whether every env's spaces fit one layout (then batches have it): the same
+    spaces, or with gymnasium's ``observation_mode="different"`` observations of one shape.
     """
 
     num_envs: int
@@ -24,6 +25,8 @@ class EngineSpec:
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     render_mode: str | None = None
     uniform: bool = False
+    #: Each env's observation space (empty for the user's own actors).
+    observation_spaces: tuple[Any, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,7 @@ import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
 
-from ray_multiprocess_env._protocol import pipes, stream
+from ray_multiprocess_env._protocol import pipes, space_match, stream
 from ray_multiprocess_env._protocol.infos import InfoBatcher
 from ray_multiprocess_env._worker.batch import Rebuild, Reply, WorkerBatch
 from ray_multiprocess_env._worker.rows import WorkerRows
@@ -96,8 +96,8 @@ class EnvWorker:
                 ) from err
         self._observation_space: Any = getattr(self.envs[0], "observation_space", None)
         self._action_space: Any = getattr(self.envs[0], "action_space", None)
-        self._rows = WorkerRows(
-            self._observation_space, self._action_space, len(self.envs), self._mismatch() is None
+        self._rows = WorkerRows(  # (one layout if only the observations' bounds differ)
+            self._observation_space, self._action_space, len(self.envs), not self._mismatch(False)
         )
         self._batch = WorkerBatch(
             self.envs,
@@ -268,26 +268,33 @@ class EnvWorker:
         return results
 
     def _op_describe(self) -> dict[str, Any]:
-        """The spaces, metadata and render mode of the first env; `mismatch` names another's."""
+        """The spaces, metadata and render mode of the first env, and how the others differ.
+
+        `mismatch` names an env whose spaces differ from the first's, `layout_mismatch` one
+        whose observations differ in shape or dtype too (`space_match`); `observation_spaces`
+        holds each env's observation space where it differs from the first's (else None).
+        """
         first = self.envs[0]
         return {
             "observation_space": self._observation_space,
             "action_space": self._action_space,
             "metadata": dict(getattr(first, "metadata", {}) or {}),
             "render_mode": getattr(first, "render_mode", None),
-            "mismatch": self._mismatch(),
+            "mismatch": self._mismatch(True),
+            "layout_mismatch": self._mismatch(False),
+            "observation_spaces": [
+                None if space == self._observation_space else space
+                for space in (getattr(env, "observation_space", None) for env in self.envs)
+            ],
         }
 
-    def _mismatch(self) -> str | None:
-        first = self.envs[0]
-        for index, env in zip(self.env_indices, self.envs, strict=True):
-            for space in ("observation_space", "action_space"):
-                if getattr(env, space, None) != getattr(first, space, None):
-                    return (
-                        f"env {index} has {space} {getattr(env, space, None)} but env "
-                        f"{self.env_indices[0]} has {getattr(first, space, None)}"
-                    )
-        return None
+    def _mismatch(self, same: bool) -> str | None:
+        """`space_match.mismatch` of these envs against the first (`same`: equal spaces)."""
+        envs = [
+            (index, getattr(env, "observation_space", None), getattr(env, "action_space", None))
+            for index, env in zip(self.env_indices, self.envs, strict=True)
+        ]
+        return space_match.mismatch(envs[1:], envs[0], same)
 
     def _op_has_method(self, name: str) -> list[bool]:
         """Whether each env has a callable attribute `name` (e.g. old gym's ``seed``)."""

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, iterate
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import (
     check_base_seed,
     check_env_ids,
     check_length,
+    check_observation_mode,
     check_seed_list,
 )
 from ray_multiprocess_env.batch import check_rows, copy_batch, read_only
@@ -61,6 +62,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             observations of their own; with False, read-only views of the engine's batch itself
             (the shared memory on this node), which the next `step` or `reset` overwrites: copy
             what you keep, and change nothing in place.
+        observation_mode: As gymnasium's `SyncVectorEnv`: ``"same"`` (default: every env has
+            the same observation space), ``"different"`` (spaces of one shape and dtype whose
+            bounds differ, batched with `gymnasium.vector.utils.batch_differing_spaces`) or a
+            ``(batched, single)`` pair of spaces, taken as the vector env's.
         **options: Where and how the workers run and what a failure does: `WorkerOptions`
             (``actor_options``, ``placement``, ``timeout``, ``on_actor_failure``,
             ``transport``, ``on_env_error``, ``max_restarts``).
@@ -83,10 +88,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         seed: int | np.random.SeedSequence | None = None,
         check_actions: bool = False,
         copy: bool = True,
+        observation_mode: str | tuple[gym.Space[Any], gym.Space[Any]] = "same",
         **options: Unpack[WorkerOptions],
     ) -> None:
         super().__init__()
         action_seed = check_base_seed(seed)
+        single, batched = check_observation_mode(observation_mode)
         checked = Options.make(
             options,
             where=type(self).__name__,
@@ -96,12 +103,20 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         )
         self.autoreset_mode = checked.autoreset_mode
         self._check_actions = checked.check_actions
-        self._engine = Engine.start(env_fns, envs_per_worker, checked, name=type(self).__name__)
+        self._engine = Engine.start(
+            env_fns, envs_per_worker, checked, name=type(self).__name__, observation_mode=single
+        )
         spec = self._engine.spec
         self.num_envs = spec.num_envs
+        self.observation_mode = observation_mode
         self.single_observation_space = spec.observation_space
         self.single_action_space = spec.action_space
-        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        if batched is not None:
+            self.observation_space = batched
+        elif single == "different":
+            self.observation_space = batch_differing_spaces(spec.observation_spaces)
+        else:
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.metadata = {**spec.metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode = spec.render_mode

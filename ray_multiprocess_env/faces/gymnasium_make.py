@@ -30,6 +30,7 @@ def make_vector_env(
     autoreset_mode: str | AutoresetMode = "next_step",
     check_actions: bool = False,
     copy: bool = True,
+    observation_mode: str | tuple[gym.Space[Any], gym.Space[Any]] = "same",
     make_env: Callable[[int], gym.Env[Any, Any]] | None = None,
     **options: Unpack[MakeOptions],
 ) -> GymnasiumVectorEnv:
@@ -48,7 +49,11 @@ def make_vector_env(
             seeds then share no env seed (``seed + i`` overlaps between runs).
         autoreset_mode: ``"next_step"``, ``"same_step"`` or ``"disabled"``.
         check_actions: As for `GymnasiumVectorEnv`.
-        copy: As for `GymnasiumVectorEnv` (False: observations are a view of shared memory).
+        copy: As for `GymnasiumVectorEnv` (False: observations are read-only views of the
+            shared memory, valid until the next call).
+        observation_mode: gymnasium's: ``"same"``, ``"different"`` (observation spaces of one
+            shape and dtype, their bounds may differ) or a ``(batched, single)`` pair of
+            spaces, as for `GymnasiumVectorEnv`.
         *legacy: Only for the old positional form ``make_vector_env(make_env, num_workers,
             envs_per_worker)``, which works with a `DeprecationWarning`.
         make_env: The old name of `env` (deprecated).
@@ -79,6 +84,7 @@ def make_vector_env(
         seed=seed,
         check_actions=check_actions,
         copy=copy,
+        observation_mode=observation_mode,
         **worker,
     )
 
@@ -98,6 +104,7 @@ def vector_entry_point(
     autoreset_mode: str | AutoresetMode = "next_step",
     check_actions: bool = False,
     copy: bool = True,
+    observation_mode: str | tuple[gym.Space[Any], gym.Space[Any]] = "same",
     **arguments: Any,
 ) -> GymnasiumVectorEnv:
     """Gymnasium's ``vector_entry_point`` for Ray vector envs of a registered env id.
@@ -120,6 +127,7 @@ def vector_entry_point(
         autoreset_mode: As for `make_vector_env`.
         check_actions: As for `make_vector_env`.
         copy: As for `make_vector_env`.
+        observation_mode: As for `make_vector_env`.
         **arguments: `MakeOptions` (as for `make_vector_env`: ``num_workers``,
             ``envs_per_worker``, ``wrappers``, ``actor_options``, ``timeout``, ...), and
             ``gymnasium.make``'s own ``max_episode_steps``, ``render_mode`` and
@@ -146,5 +154,6 @@ def vector_entry_point(
         autoreset_mode=autoreset_mode,
         check_actions=check_actions,
         copy=copy,
+        observation_mode=observation_mode,
         **arguments,
     )
