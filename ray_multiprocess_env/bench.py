@@ -132,7 +132,9 @@ def sweep(
         import torch  # noqa: F401  (as a trainer does, before its envs: see `driver_threads`)
     results = []
     settings = list(settings)
-    for num_workers, per_worker in tqdm(settings, desc="settings", disable=not progress):
+    for num_workers, per_worker in tqdm(
+        settings, desc="settings", disable=None if progress else True
+    ):
         envs = make_vector_env(env, num_workers=num_workers, envs_per_worker=per_worker)
         try:
             envs.action_space.seed(0)

@@ -69,7 +69,7 @@ def run_demo(
         steps: How many vector steps (each steps every env once).
         seed: Env ``i`` is seeded ``seed + i``; the random actions (16 batches, drawn before the
             timing and reused in turn, as for gymnasium's) come from a space seeded ``seed``.
-        progress: Show a progress bar.
+        progress: Show a progress bar (on a terminal or in a notebook: never in a log).
         peer_seconds: How long each of gymnasium's vector envs is measured (0: not at all).
 
     Returns:
@@ -90,7 +90,9 @@ def run_demo(
             envs.reset()
             returns, finished = np.zeros(count), []
             start = time.perf_counter()
-            for t in tqdm(range(steps), desc="vector steps", disable=not progress):
+            # (disable=None: tqdm draws the bar on a terminal or in a notebook, not in a log)
+            bar = tqdm(range(steps), desc="vector steps", disable=None if progress else True)
+            for t in bar:
                 _, rewards, terminated, truncated, _ = envs.step(actions[t % _ACTION_BATCHES])
                 returns += rewards
                 done = np.logical_or(terminated, truncated)

@@ -42,13 +42,9 @@ logger = logging.getLogger(__name__)
 #: The environment variable that keeps torch's threads as they are (``keep``).
 TORCH_THREADS_VARIABLE = "RAY_MULTIPROCESS_ENV_TORCH_THREADS"
 _POLICIES = ("auto", "keep")
-_FIT_NOTE = (
-    "ray_multiprocess_env set torch's intra-op threads from %d to %d: %d env worker "
-    "process(es) run on this machine's %d usable cores, and torch's idle threads spin on "
-    "the cores they need (on 2 cores that made a policy-in-the-loop step 0.65x to 0.8x as "
-    "fast). "
-    "To keep torch's setting, set %s=keep (or OMP_NUM_THREADS) before creating the envs, "
-    "or call `torch.set_num_threads(n)` after creating them."
+_FIT_NOTE = (  # (short: why, and the numbers, are in docs/usage.md)
+    "ray_multiprocess_env set torch's intra-op threads from %d to %d to leave %d env "
+    "worker(s) their cores (%d usable); %s=keep stops it (docs/usage.md)."
 )
 
 
