@@ -221,7 +221,7 @@ def policy(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[li
         "`send` (ours `recv(batch_size=...)`, envpool `make(..., batch_size=...)`).\n"
         "- torch defaults: torch's own intra-op threads, as a user's code leaves them; ours then "
         "fits them to the cores its workers leave (`RAY_MULTIPROCESS_ENV_TORCH_THREADS`, "
-        "README). torch defaults kept: that variable set to `keep`. One torch thread: "
+        "docs/usage.md). torch defaults kept: that variable set to `keep`. One torch thread: "
         "`torch.set_num_threads(1)` for every implementation.\n"
         "- Workers reniced: our worker processes set to the driver's niceness (Ray starts "
         "them at 15) once started."

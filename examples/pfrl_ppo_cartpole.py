@@ -23,7 +23,7 @@ from torch import nn
 from ray_multiprocess_env import GymAPIBridge, RayVectorEnv
 
 # torch is imported above, before any env is made: ray_multiprocess_env then fits torch's
-# threads to the cores its workers leave, so they do not spin on them (README, "A torch
+# threads to the cores its workers leave, so they do not spin on them (docs/usage.md, "A torch
 # policy in the driver").
 
 

@@ -16,7 +16,7 @@ from ray_multiprocess_env import make_sb3_vec_env
 
 # torch is imported above (by stable_baselines3), before any env is made: ray_multiprocess_env
 # then fits torch's threads to the cores its workers leave, so they do not spin on them
-# (README, "A torch policy in the driver").
+# (docs/usage.md, "A torch policy in the driver").
 
 
 def train(timesteps: int, seed: int = 0) -> float:

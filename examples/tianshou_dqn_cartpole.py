@@ -25,7 +25,7 @@ from tianshou.utils.torch_utils import policy_within_training_step
 from ray_multiprocess_env import make_tianshou_vector_env
 
 # torch is imported above, before any env is made: ray_multiprocess_env then fits torch's
-# threads to the cores its workers leave, so they do not spin on them (README, "A torch
+# threads to the cores its workers leave, so they do not spin on them (docs/usage.md, "A torch
 # policy in the driver").
 
 TARGET = 195.0

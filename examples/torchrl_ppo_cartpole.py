@@ -23,7 +23,7 @@ from torchrl.objectives.value import GAE
 from ray_multiprocess_env import make_vector_env
 
 # torch is imported above, before any env is made: ray_multiprocess_env then fits torch's
-# threads to the cores its workers leave, so they do not spin on them (README, "A torch
+# threads to the cores its workers leave, so they do not spin on them (docs/usage.md, "A torch
 # policy in the driver").
 
 

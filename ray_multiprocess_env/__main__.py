@@ -185,7 +185,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"mean return: {result.mean_return:.1f}")
     print(
         f"next: `python -m ray_multiprocess_env bench {args.env_id}` finds the fastest setting "
-        "for your env; RayVectorEnv is the pfrl-style API (README, 'pfrl')."
+        "for your env; RayVectorEnv is the pfrl-style API (docs/usage.md)."
     )
     return 0
 

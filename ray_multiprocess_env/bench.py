@@ -179,7 +179,7 @@ def format_table(results: Sequence[BenchResult]) -> str:
     return "\n".join(lines)
 
 
-#: The envs per worker `bench` tries by default: cheap envs want 64 or more (README).
+#: The envs per worker `bench` tries by default: cheap envs want 64 or more (docs/usage.md).
 DEFAULT_ENVS_PER_WORKER = (1, 16, 64, 256)
 
 

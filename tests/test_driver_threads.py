@@ -155,7 +155,7 @@ def test_torch_imported_after_the_envs_is_fitted_at_reset(many_torch_threads, mo
 
 
 def test_threads_the_user_sets_after_the_fit_stand_at_reset(many_torch_threads, monkeypatch):
-    """`torch.set_num_threads(n)` after making the envs (the README's advice) is not undone."""
+    """`torch.set_num_threads(n)` after making the envs (docs/usage.md's advice) is not undone."""
     monkeypatch.delenv(TORCH_THREADS_VARIABLE, raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     env = _vector_env()

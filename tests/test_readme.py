@@ -1,4 +1,4 @@
-"""The README's Python snippets run as written, and both READMEs show the same code."""
+"""The README's and docs' Python snippets run as written; the Japanese pages show the same code."""
 
 from __future__ import annotations
 
@@ -6,20 +6,44 @@ import re
 from pathlib import Path
 
 import pytest
+import ray
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 
+#: The pages whose Python blocks run: the README and the docs pages that hold its moved snippets.
+RUNNABLE_PAGES = ["README.md", "docs/usage.md", "docs/trainers.md", "docs/cluster.md"]
+#: The runnable blocks over all of `RUNNABLE_PAGES` (the README's 3, usage.md's 7, 1, 1).
+RUNNABLE_BLOCKS = 12
+
+#: Where a page of its own (cluster.md, benchmarks.md) goes on with sections moved from the
+#: README: only what follows it runs, and only that is translated in docs/ja/.
+MOVED = "<!-- moved from the README -->"
+
+#: Each English page with a Japanese twin: README.ja.md, and docs/ja/X.md for docs/X.md.
+TWINS = [("README.md", "README.ja.md")] + [
+    (f"docs/{path.name}", f"docs/ja/{path.name}")
+    for path in sorted((ROOT / "docs" / "ja").glob("*.md"))
+]
+
 
 def _blocks(name: str, language: str) -> list[str]:
     text = (ROOT / name).read_text(encoding="utf-8")
+    if MOVED in text:
+        text = text.split(MOVED, 1)[1]
     return [code for lang, code in _BLOCK.findall(text) if lang == language]
 
 
 def _without_comments(code: str) -> str:
     return "\n".join(line.split("#", 1)[0].rstrip() for line in code.splitlines())
+
+
+def _is_fragment(code: str) -> bool:
+    """A block that quotes an example file, or says it is a fragment: it does not run alone."""
+    first = code.partition("\n")[0]
+    return first.startswith(("# examples/", "# (fragment)"))
 
 
 def _excerpts() -> list[tuple[str, str]]:
@@ -32,47 +56,64 @@ def _excerpts() -> list[tuple[str, str]]:
     return out
 
 
-def test_python_snippets_run_each_on_its_own():
-    """Every Python block of README.md that is not an excerpt runs alone, in a fresh namespace.
+def test_python_snippets_run_each_on_its_own(monkeypatch):
+    """Every Python block of `RUNNABLE_PAGES` that is not a fragment runs alone.
 
-    A reader pastes one block at a time: each brings its own imports, and closes what it opens.
+    Each runs in a fresh namespace; a block that quotes an example or is marked a fragment
+    (`_is_fragment`) is left out. A reader pastes one block at a time: each brings its own
+    imports, and closes what it opens. The README's notebook block ends with `ray.shutdown()`,
+    as a notebook's last cell should; here Ray is the test session's, which later tests use, so
+    that call does nothing.
     """
     pytest.importorskip("pfrl")
-    quoted = {code for _, code in _excerpts()}
+    monkeypatch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
     ran = 0
-    for code in _blocks("README.md", "python"):
-        if code.partition("\n")[2] in quoted:
-            continue
-        namespace: dict[str, object] = {"__name__": "readme"}
-        exec(compile(code, "README.md", "exec"), namespace)
-        left_open = [
-            name
-            for name, value in namespace.items()
-            if isinstance(value, (RayVectorEnv, GymnasiumVectorEnv)) and not value._engine.closed
-        ]
-        assert not left_open, f"a README block leaves {left_open} open:\n{code}"
-        ran += 1
-    assert ran >= 8
+    for page in RUNNABLE_PAGES:
+        for code in _blocks(page, "python"):
+            if _is_fragment(code):
+                continue
+            namespace: dict[str, object] = {"__name__": "readme"}
+            exec(compile(code, page, "exec"), namespace)
+            left_open = [
+                name
+                for name, value in namespace.items()
+                if isinstance(value, (RayVectorEnv, GymnasiumVectorEnv))
+                and not value._engine.closed
+            ]
+            assert not left_open, f"a block of {page} leaves {left_open} open:\n{code}"
+            ran += 1
+    assert ran >= RUNNABLE_BLOCKS
 
 
 @pytest.mark.parametrize("language", ["python", "bash"])
-def test_japanese_readme_shows_the_same_code(language):
-    """README.ja.md has the same code blocks as README.md (comments may be translated)."""
-    english = [_without_comments(c) for c in _blocks("README.md", language)]
-    japanese = [_without_comments(c) for c in _blocks("README.ja.md", language)]
-    assert japanese == english
+@pytest.mark.parametrize(("english", "japanese"), TWINS, ids=[ja for _, ja in TWINS])
+def test_japanese_readme_shows_the_same_code(english, japanese, language):
+    """README.ja.md and each docs/ja/ page show the code of their English page.
+
+    The same code blocks, in the same order; comments may be translated.
+    """
+    english_blocks = [_without_comments(c) for c in _blocks(english, language)]
+    japanese_blocks = [_without_comments(c) for c in _blocks(japanese, language)]
+    assert japanese_blocks == english_blocks
+
+
+def test_every_japanese_page_has_an_english_one():
+    """Each docs/ja/ page translates a docs/ page of the same name."""
+    assert len(TWINS) >= 8
+    for english, japanese in TWINS:
+        assert (ROOT / english).exists(), f"{japanese} has no {english}"
 
 
 def test_excerpts_match_the_examples():
     """Each excerpt block is, paragraph by paragraph, a verbatim part of the file it names."""
     excerpts = _excerpts()
-    assert {name for name, _ in excerpts} == {
+    assert sorted(name for name, _ in excerpts) == [
         "examples/pfrl_ppo_cartpole.py",
-        "examples/sb3_ppo_cartpole.py",
         "examples/rllib_ppo_cartpole.py",
-        "examples/torchrl_ppo_cartpole.py",
+        "examples/sb3_ppo_cartpole.py",
         "examples/tianshou_dqn_cartpole.py",
-    }
+        "examples/torchrl_ppo_cartpole.py",
+    ]
     for name, code in excerpts:
         source = [line.strip() for line in (ROOT / name).read_text().splitlines()]
         text = "\n".join(source)

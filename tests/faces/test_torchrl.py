@@ -66,7 +66,7 @@ def test_collected_data_equals_sync_vector_env(mode):
 
 @pytest.mark.in_process
 def test_torchrl_refuses_next_step_autoreset():
-    """Gymnasium's default mode is refused by TorchRL: the README says to pick another."""
+    """Gymnasium's default mode is refused by TorchRL: docs/trainers.md says to pick another."""
     with contextlib.closing(make_vector_env("CartPole-v1", 2, num_workers=1)) as ours:
         with pytest.raises(RuntimeError):
             GymWrapper(ours).rollout(3)
