@@ -16,7 +16,8 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env import GymnasiumVectorEnv, make_vector_env
+from ray_multiprocess_env import GymnasiumVectorEnv, SB3VecEnv, make_vector_env
+from ray_multiprocess_env._protocol.space_match import equivalent
 from tests.envs_spaces import BoundedEnv
 from tests.helpers import assert_same, transport_kinds
 
@@ -78,6 +79,19 @@ def test_same_refuses_differing_bounds_and_names_the_fix():
         GymnasiumVectorEnv(  # (each worker's envs alike: the workers differ)
             [_fns[0], _fns[0], _fns[2], _fns[2]], envs_per_worker=2, observation_mode="same"
         )
+    with pytest.raises(ValueError, match="needs the same observation space") as refused:
+        SB3VecEnv(_fns, envs_per_worker=2)  # (SB3 has no such mode: none is suggested)
+    assert "observation_mode" not in str(refused.value)
+
+
+def test_spaces_gymnasium_cannot_compare_are_not_equivalent():
+    """Tuples of two lengths (gymnasium's check raises for them) are simply not equivalent."""
+    one = gym.spaces.Tuple((gym.spaces.Discrete(2),))
+    two = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3)))
+    assert not equivalent(one, two)
+    assert not equivalent(two, one)
+    assert not equivalent(None, one)
+    assert equivalent(gym.spaces.Discrete(2), gym.spaces.Discrete(5, start=1))
 
 
 def test_different_refuses_another_shape_or_action_space():
@@ -87,7 +101,7 @@ def test_different_refuses_another_shape_or_action_space():
         SyncVectorEnv(fns, observation_mode="different")
     with pytest.raises(
         ValueError,
-        match=r"env 3 has observation_space .*, whose shape or dtype differs from env 2's",
+        match=r"env 3 has observation_space .*, whose shape or dtype differs from that of env 2",
     ):
         GymnasiumVectorEnv(fns, envs_per_worker=2, observation_mode="different")
     fns = [*_fns[:3], functools.partial(BoundedEnv, 3, actions=3)]
@@ -95,7 +109,7 @@ def test_different_refuses_another_shape_or_action_space():
         GymnasiumVectorEnv(fns, envs_per_worker=2, observation_mode="different")
     single = gym.spaces.Box(-1.0, 1.0, shape=(5,), dtype=np.float32)
     with pytest.raises(
-        ValueError, match=r"env 0 has .* the given `observation_mode`'s single space"
+        ValueError, match=r"env 0 has .* differs from that of the given single observation space"
     ):
         GymnasiumVectorEnv(
             _fns, envs_per_worker=2, observation_mode=(batch_space(single, 4), single)

@@ -168,32 +168,46 @@ class Calls:
                 out[worker.envs.start : worker.envs.stop] = result
         return out
 
-    def describe(self, require: bool, observation_mode: Any = "same") -> EngineSpec:
+    def describe(self, require: bool, observation_mode: Any = None) -> EngineSpec:
         """The envs' spaces, metadata and render mode, asked of every worker.
 
         `observation_mode`: gymnasium's ``"same"`` or ``"different"``, or the single
-        observation space of a given ``(batched, single)`` pair (`space_match`).
+        observation space of a given ``(batched, single)`` pair (`space_match`); None: "same",
+        for a face that has no such option (its errors do not suggest one).
 
         Raises:
             ValueError: If `require` and an env's spaces do not fit (the env is named).
         """
         descriptions = self.run("describe", [()] * len(self.pool.workers), "describe")
         first: dict[str, Any] = descriptions[0]
-        same = isinstance(observation_mode, str) and observation_mode == "same"
-        given = not isinstance(observation_mode, str)
-        single = observation_mode if given else first["observation_space"]
-        reference = (-1 if given else 0, single, first["action_space"])
-        key = "mismatch" if same else "layout_mismatch"
-        found = next((d[key] for d in descriptions if d[key]), None)
-        if found is None:
-            envs = [
-                (worker.envs.start, d["observation_space"], d["action_space"])
-                for worker, d in zip(self.pool.workers, descriptions, strict=True)
-            ]
-            found = space_match.mismatch(envs if given else envs[1:], reference, same)
-        if found is not None and require:
-            needs = "the same spaces" if same else "observations of one shape and dtype"
-            raise ValueError(f"{found}; every env of a vector env needs {needs}.")
+        given = observation_mode is not None and not isinstance(observation_mode, str)
+        same = not given and observation_mode != "different"
+        observations = (
+            ("the given single observation space", observation_mode)
+            if given
+            else ("env 0", first["observation_space"])
+        )
+        actions = ("env 0", first["action_space"])
+        envs = [
+            (worker.envs.start, d["observation_space"], d["action_space"])
+            for worker, d in zip(self.pool.workers, descriptions, strict=True)
+        ]
+
+        def found(same: bool) -> str | None:
+            key = "mismatch" if same else "layout_mismatch"
+            within = next((d[key] for d in descriptions if d[key]), None)
+            return within or space_match.mismatch(
+                envs if given else envs[1:], observations, actions, same
+            )
+
+        problem = found(same)
+        if problem is not None and require:
+            if same and observation_mode == "same" and found(False) is None:
+                problem += (
+                    ' (only their bounds differ: pass `observation_mode="different"` to batch '
+                    "them as gymnasium does)"
+                )
+            raise ValueError(f"{problem}.")
         spaces = [
             d["observation_space"] if space is None else space
             for d in descriptions
@@ -201,11 +215,11 @@ class Calls:
         ]
         return EngineSpec(
             self.pool.num_envs,
-            single,
+            observations[1],
             first["action_space"],
             first["metadata"],
             first["render_mode"],
-            found is None and single is not None,
+            problem is None and observations[1] is not None,
             tuple(spaces),
         )
 

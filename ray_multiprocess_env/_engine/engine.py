@@ -65,7 +65,7 @@ class Engine(StepVerbs):
             one that differs); ``"prefer"``: envs that differ are stepped one by one;
             ``"none"``: the pool's envs are not asked (the user's own actors).
         observation_mode: gymnasium's ``"same"`` or ``"different"``, or a given single
-            observation space (`Calls.describe`).
+            observation space; None (a face without the option): "same" (`Calls.describe`).
     """
 
     def __init__(
@@ -75,7 +75,7 @@ class Engine(StepVerbs):
         name: str,
         info_layout: str = "batched",
         uniform: str = "require",
-        observation_mode: Any = "same",
+        observation_mode: Any = None,
     ) -> None:
         self._pool, self._calls = pool, Calls(pool)
         self._state = CallState(name, pool.num_envs)
@@ -125,7 +125,7 @@ class Engine(StepVerbs):
         name: str,
         info_layout: str = "batched",
         uniform: str = "require",
-        observation_mode: Any = "same",
+        observation_mode: Any = None,
         autoreset: bool = True,
         launcher: Launcher | None = None,
     ) -> Engine:

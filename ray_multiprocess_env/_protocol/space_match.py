@@ -19,42 +19,50 @@ __all__ = ["mismatch"]
 
 def mismatch(
     envs: Iterable[tuple[int, Any, Any]],
-    reference: tuple[int, Any, Any],
+    observations: tuple[str, Any],
+    actions: tuple[str, Any],
     same: bool,
 ) -> str | None:
-    """The first of `envs` whose spaces do not fit `reference`'s: what differs, or None.
+    """The first of `envs` whose spaces do not fit the references: what differs, or None.
 
-    Each item is ``(env index, observation space, action space)``; `reference` is the env (or
-    the given single space, index -1) the others are held to; `same`: the observation spaces
+    Each item of `envs` is ``(env index, observation space, action space)``; `observations`
+    and `actions` are ``(whose, space)``: the space the others are held to and whose it is
+    (``"env 0"``, ``"the given single observation space"``). `same`: the observation spaces
     must be equal (else only their shape and dtype).
     """
-    who, observations, actions = reference
-    whose = "the given `observation_mode`'s single space" if who < 0 else f"env {who}"
+    (who, observation_reference), (whose_actions, action_reference) = observations, actions
     for index, observation_space, action_space in envs:
-        if action_space != actions:
-            return f"env {index} has action_space {action_space} but env {who} has {actions}"
-        if observation_space == observations:
+        if action_space != action_reference:
+            return (
+                f"env {index} has action_space {action_space} but {whose_actions} has "
+                f"{action_reference}; every env of a vector env needs the same action space"
+            )
+        if observation_space == observation_reference:
             continue
         if same:
-            hint = ""
-            if _equivalent(observation_space, observations):
-                hint = ' (only their bounds differ: pass `observation_mode="different"` to '
-                hint += "batch them as gymnasium does)"
             return (
-                f"env {index} has observation_space {observation_space} but {whose} has "
-                f"{observations}{hint}"
+                f"env {index} has observation_space {observation_space} but {who} has "
+                f"{observation_reference}; every env of a vector env needs the same "
+                "observation space"
             )
-        if not _equivalent(observation_space, observations):
+        if not equivalent(observation_space, observation_reference):
             return (
                 f"env {index} has observation_space {observation_space}, whose shape or dtype "
-                f"differs from {whose}'s {observations}"
+                f"differs from that of {who}, {observation_reference}; every env of a vector "
+                "env needs observations of one shape and dtype"
             )
     return None
 
 
-def _equivalent(one: Any, other: Any) -> bool:
-    """Same shape and dtype (False for what gymnasium cannot compare, e.g. None)."""
+def equivalent(one: Any, other: Any) -> bool:
+    """Same shape and dtype (False for what gymnasium cannot compare, e.g. None).
+
+    Asked both ways: gymnasium's check of a Tuple compares only as many items as the first
+    has, and raises when the second has fewer.
+    """
     try:
-        return bool(is_space_dtype_shape_equiv(one, other))
-    except (AttributeError, TypeError, NotImplementedError):
+        return bool(
+            is_space_dtype_shape_equiv(one, other) and is_space_dtype_shape_equiv(other, one)
+        )
+    except Exception:  # (what gymnasium cannot compare)
         return False

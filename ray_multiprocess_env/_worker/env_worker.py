@@ -294,7 +294,9 @@ class EnvWorker:
             (index, getattr(env, "observation_space", None), getattr(env, "action_space", None))
             for index, env in zip(self.env_indices, self.envs, strict=True)
         ]
-        return space_match.mismatch(envs[1:], envs[0], same)
+        first, observations, actions = envs[0]
+        whose = f"env {first}"
+        return space_match.mismatch(envs[1:], (whose, observations), (whose, actions), same)
 
     def _op_has_method(self, name: str) -> list[bool]:
         """Whether each env has a callable attribute `name` (e.g. old gym's ``seed``)."""
