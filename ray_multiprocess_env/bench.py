@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-from tqdm import tqdm
+from tqdm.auto import tqdm
 
 __all__ = [
     "DEFAULT_ENVS_PER_WORKER",

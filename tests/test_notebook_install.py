@@ -8,6 +8,7 @@ package itself), and its report says what it would install.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,15 @@ KERNEL = textwrap.dedent(
 )
 
 
+#: This environment's variables (pip's index and proxies), less what would lead to this checkout.
+_OUTSIDE = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("PYTHONPATH", "VIRTUAL_ENV", "RAY_ADDRESS", "RAY_MULTIPROCESS_ENV_SOURCE")
+}
+_OUTSIDE["PATH"] = "/usr/bin:/bin"  # (not this venv's bin)
+
+
 def _install_cell(path: Path) -> str:
     notebook = nbformat.read(path, as_version=4)
     return next(cell.source for cell in notebook.cells if cell.cell_type == "code")
@@ -68,7 +78,7 @@ def _run_cell(python, cwd, tmp_path, env=None):
     result = subprocess.run(
         [python, str(script), str(report)],
         cwd=cwd,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **(env or {})},
+        env={**_OUTSIDE, "HOME": str(tmp_path), **(env or {})},
         capture_output=True,
         text=True,
         timeout=600,

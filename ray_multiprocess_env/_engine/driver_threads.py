@@ -44,7 +44,7 @@ TORCH_THREADS_VARIABLE = "RAY_MULTIPROCESS_ENV_TORCH_THREADS"
 _POLICIES = ("auto", "keep")
 _FIT_NOTE = (  # (short: why, and the numbers, are in docs/usage.md)
     "ray_multiprocess_env set torch's intra-op threads from %d to %d to leave %d env "
-    "worker(s) their cores (%d usable); %s=keep stops it (docs/usage.md)."
+    "worker(s) their cores (%d usable); %s=keep stops it (the project's docs/usage.md)."
 )
 
 
