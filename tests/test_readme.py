@@ -120,3 +120,17 @@ def test_excerpts_match_the_examples():
         for paragraph in re.split(r"\n\s*\n", code.strip()):
             lines = "\n".join(line.strip() for line in paragraph.splitlines())
             assert lines in text, f"{name}: not found:\n{paragraph}"
+
+
+@pytest.mark.parametrize("page", ["README.md", "README.ja.md"])
+def test_training_figures_are_rows_of_the_benchmarks_table(page):
+    """The README's training rows are, verbatim, rows `benchmarks.training` wrote in the docs."""
+    docs = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    written = docs.split("<!-- BEGIN training -->", 1)[1].split("<!-- END training -->", 1)[0]
+    text = (ROOT / page).read_text(encoding="utf-8")
+    section = text.split("<!-- training rows -->", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    quoted = rows[1:]  # (the header row is the page's own)
+    assert len(quoted) >= 3, section
+    for row in quoted:
+        assert row in written.splitlines(), f"{page}: {row} is not in docs/benchmarks.md"
