@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         NoPendingCallError,
         PendingCallError,
         RemoteEnvError,
+        SpacesMismatchError,
     )
     from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv
     from ray_multiprocess_env.faces.gymnasium_make import make_vector_env, vector_entry_point
@@ -43,6 +44,7 @@ _HOMES = {
     "NoPendingCallError": "errors",
     "PendingCallError": "errors",
     "RemoteEnvError": "errors",
+    "SpacesMismatchError": "errors",
     "GymnasiumVectorEnv": "faces.gymnasium",
     "make_vector_env": "faces.gymnasium_make",
     "vector_entry_point": "faces.gymnasium_make",
@@ -80,6 +82,7 @@ __all__ = [
     "RemoteEnv",
     "RemoteEnvError",
     "SB3VecEnv",
+    "SpacesMismatchError",
     "TianshouVectorEnv",
     "WorkerOptions",
     "ensure_runtime",

@@ -19,6 +19,7 @@ __all__ = [
     "NoPendingCallError",
     "PendingCallError",
     "RemoteEnvError",
+    "SpacesMismatchError",
 ]
 
 
@@ -84,6 +85,14 @@ class EnvCrashedError(RemoteEnvError):
 
 class ClosedEnvError(RuntimeError):
     """A method was called on a vector env after `close()`."""
+
+
+class SpacesMismatchError(ValueError, RuntimeError):
+    """The envs' spaces do not fit one vector env (the env that differs is named).
+
+    A `ValueError`, as for any bad argument, and the `RuntimeError` that gymnasium's
+    `AsyncVectorEnv` raises for such envs, so that code written for either catches it.
+    """
 
 
 class PendingCallError(AlreadyPendingCallError, RuntimeError):

@@ -16,7 +16,12 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env import GymnasiumVectorEnv, SB3VecEnv, make_vector_env
+from ray_multiprocess_env import (
+    GymnasiumVectorEnv,
+    SB3VecEnv,
+    SpacesMismatchError,
+    make_vector_env,
+)
 from ray_multiprocess_env._protocol.space_match import equivalent
 from tests.envs_spaces import BoundedEnv
 from tests.helpers import assert_same, transport_kinds
@@ -72,9 +77,12 @@ def test_same_refuses_differing_bounds_and_names_the_fix():
     with pytest.raises(AssertionError, match="observation_mode='different'"):
         SyncVectorEnv(_fns)
     with pytest.raises(
-        ValueError, match=r'env 1 has observation_space .* pass `observation_mode="different"`'
-    ):
+        SpacesMismatchError, match=r'env 1 has observation_space .* pass `observation_mode="diff'
+    ) as refused:
         GymnasiumVectorEnv(_fns, envs_per_worker=2)
+    # (a ValueError, and the RuntimeError gymnasium's AsyncVectorEnv raises for such envs)
+    assert isinstance(refused.value, ValueError)
+    assert isinstance(refused.value, RuntimeError)
     with pytest.raises(ValueError, match=r"env 2 has observation_space .* pass `observation_mode"):
         GymnasiumVectorEnv(  # (each worker's envs alike: the workers differ)
             [_fns[0], _fns[0], _fns[2], _fns[2]], envs_per_worker=2, observation_mode="same"

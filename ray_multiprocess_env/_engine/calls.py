@@ -20,7 +20,12 @@ from ray_multiprocess_env._engine.records import EngineSpec
 from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env._protocol import space_match
-from ray_multiprocess_env.errors import EnvCrashedError, RemoteEnvError, _EnvFailures
+from ray_multiprocess_env.errors import (
+    EnvCrashedError,
+    RemoteEnvError,
+    SpacesMismatchError,
+    _EnvFailures,
+)
 
 __all__ = [
     "Calls",
@@ -176,7 +181,8 @@ class Calls:
         for a face that has no such option (its errors do not suggest one).
 
         Raises:
-            ValueError: If `require` and an env's spaces do not fit (the env is named).
+            SpacesMismatchError: If `require` and an env's spaces do not fit (the env is
+                named): a `ValueError` and a `RuntimeError`.
         """
         descriptions = self.run("describe", [()] * len(self.pool.workers), "describe")
         first: dict[str, Any] = descriptions[0]
@@ -207,7 +213,7 @@ class Calls:
                     ' (only their bounds differ: pass `observation_mode="different"` to batch '
                     "them as gymnasium does)"
                 )
-            raise ValueError(f"{problem}.")
+            raise SpacesMismatchError(f"{problem}.")
         spaces = [
             d["observation_space"] if space is None else space
             for d in descriptions

@@ -37,10 +37,14 @@ class RayAsyncVectorEnv(GymnasiumVectorEnv):
         observation_mode="same",
         autoreset_mode=AutoresetMode.NEXT_STEP,
     ):
-        if worker is not None or observation_mode != "same":
-            pytest.skip("custom worker functions and observation_mode are AsyncVectorEnv's own")
+        if worker is not None:
+            pytest.skip("custom worker functions are AsyncVectorEnv's own")
         super().__init__(
-            env_fns, envs_per_worker=ENVS_PER_WORKER, copy=copy, autoreset_mode=autoreset_mode
+            env_fns,
+            envs_per_worker=ENVS_PER_WORKER,
+            copy=copy,
+            observation_mode=observation_mode,
+            autoreset_mode=autoreset_mode,
         )
 
 

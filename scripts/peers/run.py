@@ -54,9 +54,12 @@ SUITES = {
         "tests/vector/test_vector_env.py",
         "tests/vector/test_vector_env_info.py",
         "tests/vector/test_vector_wrapper.py",
+        "tests/vector/test_observation_mode.py",
         "tests/wrappers/vector",
     ],
 }
+
+_MODES = "tests/vector/test_observation_mode.py::TestVectorEnvObservationModes"
 
 #: Test ids that check the replaced class's own machinery, and why they do not apply.
 NOT_APPLICABLE = {
@@ -67,11 +70,24 @@ NOT_APPLICABLE = {
     },
     "tianshou": {},
     "gymnasium": {
-        f"tests/vector/test_vector_env.py::test_partial_reset_failure[Async({mode})]": (
-            "expects AsyncVectorEnv's AssertionError text for a bad `reset_mask`; we raise a "
-            "ValueError naming the argument, its shape and the shape needed"
-        )
-        for mode in ("shared_memory=True", "shared_memory=False")
+        **{
+            f"tests/vector/test_vector_env.py::test_partial_reset_failure[Async({mode})]": (
+                "expects AsyncVectorEnv's AssertionError text for a bad `reset_mask`; we raise "
+                "a ValueError naming the argument, its shape and the shape needed"
+            )
+            for mode in ("shared_memory=True", "shared_memory=False")
+        },
+        **{
+            f"{_MODES}::{test}[AsyncVectorEnv(shared_memory={shared})]": (
+                f"expects gymnasium's own wording of {what}; ours names {names} in its own "
+                "words (the same error types)"
+            )
+            for shared in ("True", "False")
+            for test, what, names in (
+                ("test_invalid_observation_mode", "a bad mode", "the value and the accepted forms"),
+                ("test_obs_mode_same_different_spaces", "differing spaces", "the env and the fix"),
+            )
+        },
     },
 }
 
