@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium.wrappers.utils import RunningMeanStd
 from torch import nn
 
 __all__ = ["LoopResult", "run_ppo"]
@@ -31,22 +32,6 @@ class LoopResult:
     collect_s: float
     update_s: float
     returns: list[float] = field(default_factory=list)
-
-
-class _Running:
-    """Running mean and variance (Welford, batched)."""
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.mean, self.var, self.count = np.zeros(shape), np.ones(shape), 1e-4
-
-    def update(self, x: np.ndarray) -> None:
-        if not x.shape[0]:  # (every env resetting at once: nothing to learn from)
-            return
-        mean, var, n = x.mean(axis=0), x.var(axis=0), x.shape[0]
-        delta, total = mean - self.mean, self.count + n
-        self.mean = self.mean + delta * n / total
-        self.var = (self.var * self.count + var * n + delta**2 * self.count * n / total) / total
-        self.count = total
 
 
 class _Agent(nn.Module):
@@ -80,7 +65,7 @@ def run_ppo(envs: Any, total_steps: int, seed: int = 0, num_steps: int = 128) ->
     low, high = act_space.low, act_space.high
     agent = _Agent(obs_dim, act_dim)
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5)
-    obs_stats, ret_stats = _Running((obs_dim,)), _Running(())
+    obs_stats, ret_stats = RunningMeanStd(shape=(obs_dim,)), RunningMeanStd(shape=())
     gamma, lam = 0.99, 0.95
     buf_obs = np.zeros((num_steps, n, obs_dim), np.float32)
     buf_act = np.zeros((num_steps, n, act_dim), np.float32)
@@ -106,7 +91,8 @@ def run_ppo(envs: Any, total_steps: int, seed: int = 0, num_steps: int = 128) ->
             done = np.logical_or(terminated, truncated)
             episode += reward
             discounted = discounted * gamma + reward
-            ret_stats.update(discounted[~was_done])
+            if not was_done.all():  # (every env resetting at once: nothing to learn from)
+                ret_stats.update(discounted[~was_done])
             for env in np.flatnonzero(done):
                 result.returns.append(float(episode[env]))
             episode[done], discounted[done] = 0.0, 0.0
@@ -127,7 +113,7 @@ def run_ppo(envs: Any, total_steps: int, seed: int = 0, num_steps: int = 128) ->
     return result
 
 
-def _normalise(raw: Any, stats: _Running, n: int, dim: int) -> np.ndarray:
+def _normalise(raw: Any, stats: RunningMeanStd, n: int, dim: int) -> np.ndarray:
     obs = (np.asarray(raw, np.float64).reshape(n, dim) - stats.mean) / np.sqrt(stats.var + 1e-8)
     return np.clip(obs, -10, 10).astype(np.float32)
 
