@@ -164,3 +164,8 @@ def assert_loaded_on_first_use(module: str, *names: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
+
+
+def without_comments(code: str) -> str:
+    """`code` with each line's ``#`` comment cut off (a translation may change only those)."""
+    return "\n".join(line.split("#", 1)[0].rstrip() for line in code.splitlines())

@@ -17,6 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.helpers import without_comments
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,10 +56,6 @@ def _install_cell(path: Path) -> str:
     return next(cell.source for cell in notebook.cells if cell.cell_type == "code")
 
 
-def _without_comments(code: str) -> str:
-    return "\n".join(line.split("#", 1)[0].rstrip() for line in code.splitlines())
-
-
 @pytest.fixture(scope="module")
 def fresh_python(tmp_path_factory):
     """The python of a new venv (a current pip only): the package cannot be imported there.
@@ -88,7 +86,7 @@ def _run_cell(python, cwd, tmp_path, env=None):
 
 def test_every_notebook_has_the_same_install_cell_first():
     """The first code cell of every notebook (Japanese twins too) is the one install cell."""
-    cells = {_without_comments(_install_cell(path)) for path in NOTEBOOKS}
+    cells = {without_comments(_install_cell(path)) for path in NOTEBOOKS}
     assert len(cells) == 1, cells
 
 

@@ -9,6 +9,7 @@ import pytest
 import ray
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
+from tests.helpers import without_comments
 
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
@@ -34,10 +35,6 @@ def _blocks(name: str, language: str) -> list[str]:
     if MOVED in text:
         text = text.split(MOVED, 1)[1]
     return [code for lang, code in _BLOCK.findall(text) if lang == language]
-
-
-def _without_comments(code: str) -> str:
-    return "\n".join(line.split("#", 1)[0].rstrip() for line in code.splitlines())
 
 
 def _is_fragment(code: str) -> bool:
@@ -92,8 +89,8 @@ def test_japanese_readme_shows_the_same_code(english, japanese, language):
 
     The same code blocks, in the same order; comments may be translated.
     """
-    english_blocks = [_without_comments(c) for c in _blocks(english, language)]
-    japanese_blocks = [_without_comments(c) for c in _blocks(japanese, language)]
+    english_blocks = [without_comments(c) for c in _blocks(english, language)]
+    japanese_blocks = [without_comments(c) for c in _blocks(japanese, language)]
     assert japanese_blocks == english_blocks
 
 
