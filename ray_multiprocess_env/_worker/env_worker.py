@@ -96,8 +96,10 @@ class EnvWorker:
                 ) from err
         self._observation_space: Any = getattr(self.envs[0], "observation_space", None)
         self._action_space: Any = getattr(self.envs[0], "action_space", None)
-        self._rows = WorkerRows(  # (one layout if only the observations' bounds differ)
-            self._observation_space, self._action_space, len(self.envs), not self._mismatch(False)
+        # (one row layout if only the observations' bounds differ; `describe` reports it)
+        self._layout_mismatch = self._mismatch(False)
+        self._rows = WorkerRows(
+            self._observation_space, self._action_space, len(self.envs), not self._layout_mismatch
         )
         self._batch = WorkerBatch(
             self.envs,
@@ -281,7 +283,7 @@ class EnvWorker:
             "metadata": dict(getattr(first, "metadata", {}) or {}),
             "render_mode": getattr(first, "render_mode", None),
             "mismatch": self._mismatch(True),
-            "layout_mismatch": self._mismatch(False),
+            "layout_mismatch": self._layout_mismatch,
             "observation_spaces": [
                 None if space == self._observation_space else space
                 for space in (getattr(env, "observation_space", None) for env in self.envs)
