@@ -46,6 +46,8 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._launch_step,
     Engine._wait_step,
+    HotPath.step,
+    HotPath._all_answered,
     HotPath._ring,
     Calls.launch,
     hand_out,

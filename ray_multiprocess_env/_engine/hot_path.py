@@ -34,7 +34,15 @@ T = TypeVar("T")
 
 
 class NotHot(Exception):
-    """`HotPath.recv` hands the call to the slow path (nothing was taken out of flight)."""
+    """The hot path hands a verb to the slow path.
+
+    `HotPath.recv`: nothing was taken out of flight. `HotPath.step`: `call` is the step it
+    sent (the slow path's to wait for and judge), or None if it sent nothing.
+    """
+
+    def __init__(self, call: Call | None = None) -> None:
+        super().__init__()
+        self.call = call
 
 
 class HotPath:
@@ -131,15 +139,22 @@ class HotPath:
     def _parts(self, tickets: list[Ticket]) -> tuple[list[tuple[int, Any]], bool] | None:
         """``(first env, infos)`` per ticket and whether an env spoke old gym's API.
 
-        None unless every ticket answered well with a reply the hot path takes.
+        None unless every ticket answered well with a reply the hot path takes: its rows in
+        shared memory, and no info pieces to merge (batched infos all in their columns, or one
+        dict per env, SB3's layout).
         """
         parts, old_api, lists = [], False, self._lists
         for ticket in tickets:
             outcome = ticket.outcome
             reply = outcome.value if outcome is not None and outcome.ok else None
-            if type(reply) is not tuple or not _hot_reply(reply):
+            if type(reply) is not tuple or reply[0] is not None:
                 return None
-            parts.append((lists[ticket.worker][0], reply[4]))
+            infos = reply[4]
+            if type(infos) is not dict and (
+                type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
+            ):
+                return None
+            parts.append((lists[ticket.worker][0], infos))
             old_api |= reply[5]
         return parts, old_api
 
@@ -158,6 +173,58 @@ class HotPath:
         return out
 
     # -- the full step, and a step of some workers' envs ------------------------------------------
+    def step(self, actions: Any, deadline: float | None, finish: Callable[[Batch], T]) -> T:
+        """`Engine.step` in one go: what `finish` makes of the batch, once all answered well.
+
+        The usual step, with as few layers as it can have: every worker rung, their pipes
+        read until each answered, the rows handed out. `NotHot` hands it to the slow path
+        (with the call sent, to wait for until the same `deadline`, or with none). A Ctrl-C
+        while waiting gives the step up.
+        """
+        with DEFERRED:
+            tickets = self._ring(actions, self._every_worker)
+        if tickets is None:
+            raise NotHot
+        try:
+            answers = self._all_answered(tickets, deadline)
+        except BaseException:
+            _give_up(tickets)
+            raise
+        if answers is None:
+            raise NotHot(Call("step", "step", tickets))
+        batch = self._store.batch(*answers)
+        return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
+
+    def _all_answered(
+        self, tickets: list[Ticket], deadline: float | None
+    ) -> tuple[list[tuple[int, Any]], bool] | None:
+        """`_answers` of tickets just rung on every worker (`_waited` without its checks).
+
+        `_ring` made them on the transports of now; None (the slow path's) if one breaks,
+        has a message to write, or the wait reaches `deadline`.
+        """
+        poller, by_fd = self._poller(tickets)
+        for transport in by_fd.values():
+            if transport.wants_write or transport.broken:
+                return None
+        while True:
+            for ticket in tickets:
+                if ticket.outcome is None:
+                    break
+            else:
+                return self._parts(tickets)
+            if deadline is None:
+                ready = poller.poll()
+            else:
+                ready = poller.poll(int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
+                if not ready:
+                    return None
+            for fd, _ in ready:
+                transport = by_fd[fd]
+                transport.pump()
+                if transport.broken:
+                    return None
+
     def launch_step(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""
         with DEFERRED:
@@ -277,14 +344,3 @@ def _give_up(tickets: list[Ticket]) -> None:
     for ticket in tickets:
         if ticket.outcome is None and ticket.transport is not None:
             ticket.transport.forget(ticket)
-
-
-def _hot_reply(reply: tuple[Any, ...]) -> bool:
-    """Whether a step's reply has its rows in shared memory and no info pieces to merge.
-
-    Batched infos all in their columns, or one dict per env (SB3's layout).
-    """
-    infos = reply[4]
-    return reply[0] is None and (
-        type(infos) is dict or (type(infos) is tuple and len(infos) == 2 and infos[0] is None)
-    )

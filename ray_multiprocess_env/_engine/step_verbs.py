@@ -17,6 +17,7 @@ import numpy as np
 from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
+from ray_multiprocess_env._engine.hot_path import NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
@@ -44,7 +45,17 @@ class StepVerbs(FirstReadyVerbs):
         lost-episode reports in it count as delivered only once it has returned.
         """
         self._state.check_idle(label)
-        return self._wait_step(self._launch_step(actions), None, finish)
+        hot = self._hot
+        if hot is None:
+            return self._wait_step(self._launch_step(actions), None, finish)
+        deadline = deadline_in(self._pool.options.timeout)
+        try:
+            return hot.step(actions, deadline, finish)
+        except NotHot as not_hot:
+            call = not_hot.call
+        if call is None:
+            call = self._launch_slow(actions)
+        return self._wait_step(call, None, finish, deadline)
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
@@ -64,8 +75,10 @@ class StepVerbs(FirstReadyVerbs):
         """Send a step of every env (nothing is sent if it raises)."""
         hot = self._hot
         call = None if hot is None else hot.launch_step(actions, "step")
-        if call is not None:
-            return call
+        return self._launch_slow(actions) if call is None else call
+
+    def _launch_slow(self, actions: Any) -> Call:
+        """`_launch_step` on the slow path."""
         if self._store is None:
             return self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
         bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
@@ -73,9 +86,19 @@ class StepVerbs(FirstReadyVerbs):
         args = [(chunk, None) for chunk in chunks]
         return self._calls.launch("step", args, "step", shared_args=True)
 
-    def _wait_step(self, call: Call, timeout: float | None, finish: Callable[[Batch], T]) -> T:
-        """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
-        deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
+    def _wait_step(
+        self,
+        call: Call,
+        timeout: float | None,
+        finish: Callable[[Batch], T],
+        deadline: float | None = None,
+    ) -> T:
+        """`finish` of the batch of `call`, a step of every env; pending after a timeout.
+
+        It waits until `deadline` if given (a wait begun already), else for `timeout`.
+        """
+        if deadline is None:
+            deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
         hot = self._hot
         try:
             batch = None if hot is None else hot.step_wait(call, deadline)

@@ -227,8 +227,8 @@ def merge_infos(
     for _, (some, bits) in parts:
         written |= bits
         any_pieces |= some is not None
-    if not any_pieces and envs is None and env_rows is None:
-        return _columns_only(columns, written)
+    if not any_pieces and envs is None and env_rows is None:  # (the hot path)
+        return columns_of(columns, written, None)
     by_path: dict[Path, list[tuple[Piece, np.ndarray]]] = {}
     whole: dict[Path, InfoColumn] = {}
     for i, column in enumerate(columns):
@@ -286,11 +286,6 @@ def _kept(piece: Piece, rows: np.ndarray) -> tuple[Piece, np.ndarray]:
     elif values is not None:
         values = [value for value, kept in zip(values, keep.tolist(), strict=True) if kept]
     return piece._replace(positions=piece.positions[keep], values=values), rows[keep]
-
-
-def _columns_only(columns: Sequence[InfoColumn], written: int) -> dict[str, Any]:
-    """The infos of a call of every env whose infos are all in the columns (the hot path)."""
-    return columns_of(columns, written, None)
 
 
 def columns_of(columns: Sequence[InfoColumn], written: int, rows: Any) -> dict[str, Any]:

@@ -170,8 +170,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _check_step(self, actions: Any) -> None:
         check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
-        self._check_not_finished(range(self.num_envs))
-        self._check_in_space(actions, list(range(self.num_envs)))
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._check_not_finished(range(self.num_envs))
+        if self._check_actions:
+            self._check_in_space(actions, range(self.num_envs))
 
     def step_wait(self, timeout: float | None = None) -> StepReturn:
         """Wait for the results of `step_async` and return them as `step` does.
@@ -192,7 +194,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             raise
 
     def _results(self, batch: Batch) -> StepReturn:
-        rewards, terminations, truncations = (np.array(a) for a in batch.arrays())  # (their own)
+        rewards, terminations, truncations = batch.arrays()
+        rewards, terminations, truncations = (  # (their own)
+            np.array(rewards),
+            np.array(terminations),
+            np.array(truncations),
+        )
         self._finished = terminations | truncations
         return self._observations(batch), rewards, terminations, truncations, batch.infos
 

@@ -32,7 +32,7 @@ from ray.exceptions import RayError
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
-from ray_multiprocess_env._protocol.status import is_record
+from ray_multiprocess_env._protocol.status import RECORD, is_record
 from ray_multiprocess_env._protocol.status import reply as record_reply
 from ray_multiprocess_env.errors import RemoteFailure
 
@@ -264,11 +264,24 @@ class PipeTransport:
         self.broken = True
 
 
+#: The outcomes of the status records seen, by their bytes (a few: one per set of columns
+#: written); each is immutable, so every reply of those bytes shares it.
+_RECORD_OUTCOMES: dict[bytes, Outcome] = {}
+
+
 def decode_reply(payload: bytes) -> Outcome:
     """The outcome a reply's bytes stand for (a status record, or a pickle)."""
+    alone = type(payload) is bytes and len(payload) == RECORD.size  # (a record alone: usual)
+    if alone:
+        known = _RECORD_OUTCOMES.get(payload)
+        if known is not None:
+            return known
     try:
         if is_record(payload):
-            return Outcome(True, record_reply(payload))
+            outcome = Outcome(True, record_reply(payload))
+            if alone and len(_RECORD_OUTCOMES) < 256:
+                _RECORD_OUTCOMES[payload] = outcome
+            return outcome
         ok, value = loads(payload)
     except Exception as err:  # e.g. a class the driver cannot import
         cause = RemoteFailure(err, f"the reply could not be deserialized on the driver: {err!r}")
