@@ -1,7 +1,7 @@
 """Issue #41's targets in one run: ours against the bare-Python probe and gymnasium's loop.
 
 Run by hand from the repository root, on a machine with nothing else running (it writes the
-``against_probe`` section of docs/performance.md):
+``against_probe`` section of docs/benchmarks.md; docs/performance.md says what it shows):
 
     python -m benchmarks.against_probe [--probe ../shared/tools/sol_probe.py] [--rounds 3]
 
@@ -21,7 +21,9 @@ table gives the median of the rounds):
   cancels; with ``--seconds`` under about 2 that difference is mostly noise);
 - a worker's CPU per env step against a raw loop over the same envs in the same process
   (`benchmarks.worker_step`);
-- the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`).
+- the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`);
+- the driver's CPU per lockstep step of CartPole-v1 2 x 8 against a bare loop over the same
+  workers (`benchmarks.driver_floor`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 import gymnasium as gym
 import ray
 
-from benchmarks import driver_stages, loops, worker_step
+from benchmarks import driver_floor, driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
 from benchmarks.report import write_section
 from ray_multiprocess_env import make_vector_env
@@ -173,7 +175,7 @@ def main() -> None:
     parser.add_argument("--probe", default=str(PROBE))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     args = parser.parse_args()
     probe = Path(args.probe) if Path(args.probe).exists() else None
     if probe is None:
@@ -182,6 +184,7 @@ def main() -> None:
     time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
     rounds = [one_round(probe, args.seconds) for _ in range(args.rounds)]
     stages = driver_stages.measure(CHEETAH, 8)
+    floor = driver_floor.measure("CartPole-v1", 8, rounds=100)
     ray.shutdown()
     worker = worker_step.measure(CHEETAH, 8, rounds=300)
     medians = {
@@ -189,7 +192,11 @@ def main() -> None:
         for name in rounds[0]
     }
     report = (
-        _report(medians, rounds, worker, args) + "\n\n" + "\n".join(driver_stages.table(stages))
+        _report(medians, rounds, worker, args)
+        + "\n\n"
+        + "\n".join(driver_stages.table(stages))
+        + "\n\n"
+        + "\n".join(driver_floor.table("CartPole-v1", 8, floor))
     )
     print(report)
     write_section(Path(args.out), "against_probe", report)

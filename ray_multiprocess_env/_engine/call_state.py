@@ -131,11 +131,10 @@ class CallState:
 
     def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
         """These first-ready tickets (and their kinds), no longer in flight."""
-        chosen = {id(ticket) for ticket in tickets}
         done: list[tuple[Ticket, str]] = []
         left: list[tuple[Ticket, str]] = []
-        for item in self.in_flight:
-            (done if id(item[0]) in chosen else left).append(item)
+        for item in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
+            (done if item[0] in tickets else left).append(item)
         with deferred_interrupts():
             busy = self.busy
             for ticket, _ in done:

@@ -299,6 +299,9 @@ class HotPath:
         # (the envs each ticket ran: a slow path's `send` may have sent some of a worker's)
         if len(done) == 1 and type(done[0].envs) is range:  # (one worker's run: the usual)
             ids = np.arange(done[0].envs.start, done[0].envs.stop, dtype=np.int64)
+        elif all(type(t.envs) is range for t in done):  # (whole workers' runs)
+            runs = sorted((t.envs.start, t.envs.stop) for t in done)  # type: ignore[attr-defined]
+            ids = np.concatenate([np.arange(*run, dtype=np.int64) for run in runs])
         else:
             ids = np.array(sorted(env for t in done for env in t.envs), dtype=np.int64)
         make = lambda: finish(self._store.rows_of(ids, *answers))  # noqa: E731

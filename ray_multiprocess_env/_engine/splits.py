@@ -50,6 +50,10 @@ def whole_worker_runs(
     such envs (what `recv` hands back is).
     """
     ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
+    if ids:  # (one worker's envs: what a `recv` usually hands back)
+        worker = owner[ids[0]]
+        if ids == env_lists[worker]:
+            return [(worker, 0)]
     runs, row, count, seen = [], 0, len(ids), 0
     while row < count:
         worker = owner[ids[row]]

@@ -1,0 +1,180 @@
+"""The driver's CPU per lockstep step: the library against a bare loop over the same workers.
+
+Run by hand from the repository root, on a machine with nothing else running:
+
+    python -m benchmarks.driver_floor [--env CartPole-v1] [--k 8] [--rounds 200]
+
+One `make_vector_env` of 2 workers x `k` envs on shared memory is stepped three ways, taking
+turns every 20 steps (so the machine's drift falls on all alike):
+
+- ``face``: the gymnasium face's ``step`` (what a user calls; observations copied out);
+- ``engine``: the engine's ``step``, as the face calls it, without the face's checks and copies;
+- ``bare``: what the same workers need and nothing else: the actions written into their rows,
+  one doorbell message per worker on its pipe, ``poll`` on the answers, each answer's header and
+  status record read, then the rows and the info columns copied out (as the face does). No
+  tickets, no checks, no recovery: a yardstick of the library's own protocol, the floor of what
+  its bookkeeping could cost, beside the bare-Python probe's own design (`against_probe`).
+
+The bare loop keeps the transports' sequence numbers in step, so the library's calls go on
+working between turns. It also counts the Python bytecodes the face and the engine run per step
+(a tracer on a separate run of steps: counting slows them down, so it is not timed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import select
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import ray
+
+from ray_multiprocess_env import make_vector_env
+from ray_multiprocess_env._protocol.pipes import HEADER
+from ray_multiprocess_env._protocol.status import DOORBELL, RECORD
+
+_TURN = 20  # steps per turn
+
+
+def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
+    """µs of driver CPU per step and env steps/s of each way; bytecodes per step."""
+    env = make_vector_env(env_id, 2 * k, num_workers=2, seed=0)
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        actions = [env.action_space.sample() for _ in range(64)]
+        engine = env._engine  # (private: what the face calls)
+        loops = {"face": _loop(env.step, actions), "engine": _loop(engine.step, actions)}
+        loops["bare"] = _bare(engine, actions)
+        for loop in loops.values():
+            loop(100, 0)  # (warm)
+        cpu = dict.fromkeys(loops, 0.0)
+        wall = dict.fromkeys(loops, 0.0)
+        for turn in range(rounds):
+            names = list(loops) if turn % 2 else list(loops)[::-1]
+            for name in names:
+                start_cpu, start = time.thread_time(), time.perf_counter()
+                loops[name](_TURN, turn * _TURN)
+                cpu[name] += time.thread_time() - start_cpu
+                wall[name] += time.perf_counter() - start
+        steps = rounds * _TURN
+        out: dict[str, Any] = {
+            name: {"cpu_us": cpu[name] / steps * 1e6, "rate": 2 * k * steps / wall[name]}
+            for name in loops
+        }
+        out["bytecodes"] = {name: _bytecodes(loop) for name, loop in loops.items()}
+        return out
+    finally:
+        env.close()
+
+
+def _loop(step: Any, actions: list[Any]) -> Any:
+    def loop(count: int, at: int) -> None:
+        for i in range(count):
+            step(actions[(at + i) % 64])
+
+    return loop
+
+
+def _bare(engine: Any, actions: list[Any]) -> Any:
+    """The bare loop over the engine's own workers (module docstring)."""
+    workers = engine._pool.workers
+    transports = [w.transport for w in workers]
+    if any(t.kind != "shared_memory" for t in transports):
+        raise SystemExit("the workers are not on shared memory: nothing to compare")
+    store = engine._store
+    leaves = [t._leaf for t in transports]
+    bounds = [(w.envs.start, w.envs.stop) for w in workers]
+    by_fd = {t.fileno(): t for t in transports}
+    poller = select.poll()
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    scratch = bytearray(1 << 16)
+    answer_size = HEADER.size + RECORD.size
+
+    def loop(count: int, at: int) -> None:
+        for i in range(count):
+            batch = actions[(at + i) % 64]
+            for transport, leaf, (start, stop) in zip(transports, leaves, bounds, strict=True):
+                leaf[...] = batch[start:stop]
+                transport._seq += 1
+                os.write(transport._go, HEADER.pack(transport._seq, RECORD.size) + DOORBELL)
+            waiting, written = len(transports), 0
+            while waiting:
+                for fd, _ in poller.poll():
+                    size = os.readv(fd, [scratch])
+                    seq, _ = HEADER.unpack_from(scratch)
+                    _, kind, columns = RECORD.unpack_from(scratch, HEADER.size)
+                    if size != answer_size or kind != 2:
+                        raise SystemExit("an answer other than a status record: not comparable")
+                    by_fd[fd]._answered = seq
+                    written |= columns
+                    waiting -= 1
+            np.array(store.observations), np.array(store.rewards)
+            np.array(store.terminations), np.array(store.truncations)
+            infos = {}
+            for j, column in enumerate(store.columns):
+                if written >> j & 1:
+                    name = column.path[-1]
+                    infos[name], infos[f"_{name}"] = column.values.copy(), column.mask.copy()
+
+    return loop
+
+
+def _bytecodes(loop: Any, steps: int = 100) -> float:
+    """Python bytecodes run per step by `loop` (a tracer counts them)."""
+    count = collections.Counter[str]()
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if event == "call":
+            frame.f_trace_opcodes = True
+        elif event == "opcode":
+            count["ops"] += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        loop(steps, 0)
+    finally:
+        sys.settrace(None)
+    return count["ops"] / steps
+
+
+def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
+    """The result as markdown rows."""
+    bare = result["bare"]
+    lines = [
+        f"| {env_id}, 2 workers x {k}, lockstep | driver CPU per step (µs) | env steps/s "
+        "| bytecodes per step |",
+        "|---|---:|---:|---:|",
+    ]
+    for name in ("face", "engine", "bare"):
+        row = result[name]
+        ops = result["bytecodes"].get(name)
+        lines.append(
+            f"| {name} | {row['cpu_us']:.0f} ({row['cpu_us'] / bare['cpu_us']:.2f}x bare) "
+            f"| {row['rate']:,.0f} | {'' if ops is None else f'{ops:,.0f}'} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        result = measure(args.env, args.k, args.rounds)
+    finally:
+        ray.shutdown()
+    print("\n".join(table(args.env, args.k, result)))
+
+
+if __name__ == "__main__":
+    main()
