@@ -9,7 +9,8 @@ infos off the shared layout, some of a worker's envs) goes to the slow path (`Ca
 `FirstReadyVerbs`), which finds the hot path's calls as its own: the hot path skips layers,
 never bookkeeping. Each call it sends is a `Ticket` (in the call state, for the asynchronous
 verbs), so a timeout, a Ctrl-C, `close` or the next call of any verb sees it, and each method
-here either does all of its work or hands the call to the slow path untouched (None, False).
+here either does all of its work or hands the call to the slow path untouched (it returns
+None or False, or raises `NotHot`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ T = TypeVar("T")
 
 
 class NotHot(Exception):
-    """The hot path hands a verb to the slow path.
+    """The hot path hands a verb to the slow path, with nothing of its state changed.
 
     `HotPath.recv`: nothing was taken out of flight. `HotPath.step`: `call` is the step it
     sent (the slow path's to wait for and judge), or None if it sent nothing.
@@ -120,16 +121,17 @@ class HotPath:
         return tickets
 
     def _answers(
-        self, tickets: list[Ticket], deadline: float | None
+        self, tickets: list[Ticket], deadline: float | None, rung: bool = False
     ) -> tuple[list[tuple[int, Any]], bool] | None:
         """Wait for every ticket; if all answered well, what the store needs of their replies.
 
         That is ``(first env, infos)`` per worker and whether an env spoke old gym's API; None
         (nothing given up) hands the call to the slow path. A Ctrl-C gives the call up (its
-        replies are dropped when they come) and is raised.
+        replies are dropped when they come) and is raised. `rung`: `_ring` has just made the
+        tickets (on the transports of now).
         """
         try:
-            if not self._waited(tickets, self._pool.num_envs, deadline):
+            if not self._waited(tickets, self._pool.num_envs, deadline, rung):
                 return None
         except BaseException:
             _give_up(tickets)
@@ -185,45 +187,11 @@ class HotPath:
             tickets = self._ring(actions, self._every_worker)
         if tickets is None:
             raise NotHot
-        try:
-            answers = self._all_answered(tickets, deadline)
-        except BaseException:
-            _give_up(tickets)
-            raise
+        answers = self._answers(tickets, deadline, rung=True)
         if answers is None:
             raise NotHot(Call("step", "step", tickets))
         batch = self._store.batch(*answers)
         return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
-
-    def _all_answered(
-        self, tickets: list[Ticket], deadline: float | None
-    ) -> tuple[list[tuple[int, Any]], bool] | None:
-        """`_answers` of tickets just rung on every worker (`_waited` without its checks).
-
-        `_ring` made them on the transports of now; None (the slow path's) if one breaks,
-        has a message to write, or the wait reaches `deadline`.
-        """
-        poller, by_fd = self._poller(tickets)
-        for transport in by_fd.values():
-            if transport.wants_write or transport.broken:
-                return None
-        while True:
-            for ticket in tickets:
-                if ticket.outcome is None:
-                    break
-            else:
-                return self._parts(tickets)
-            if deadline is None:
-                ready = poller.poll()
-            else:
-                ready = poller.poll(int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
-                if not ready:
-                    return None
-            for fd, _ in ready:
-                transport = by_fd[fd]
-                transport.pump()
-                if transport.broken:
-                    return None
 
     def launch_step(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""
@@ -307,39 +275,47 @@ class HotPath:
         make = lambda: finish(self._store.rows_of(ids, *answers))  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, done, ids, make)
 
-    def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
+    def _waited(
+        self, tickets: list[Ticket], min_envs: int, deadline: float | None, rung: bool = False
+    ) -> bool:
         """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).
 
         False (the slow path's to wait) unless every ticket is on its worker's hot transport
-        of now; at `deadline`; or if one of their pipes broke or has a message to write.
+        of now (known if `rung`: `_ring` has just made them); at `deadline`; or if one of
+        their pipes broke or has a message to write.
         """
-        transports = self._hot_transports()
-        if transports is None:
-            return False
-        for ticket in tickets:
-            transport = transports[ticket.worker]
-            if ticket.transport is not transport or transport.broken:  # (a lost worker's)
+        if not rung:
+            transports = self._hot_transports()
+            if transports is None:
                 return False
+            for ticket in tickets:
+                transport = transports[ticket.worker]
+                if ticket.transport is not transport or transport.broken:  # (a lost worker's)
+                    return False
         poller, by_fd = self._poller(tickets)
         for transport in by_fd.values():
-            if transport.wants_write:  # (reading does not write: once is enough)
+            if transport.wants_write or transport.broken:  # (reading does not write: once)
                 return False
+        count = len(tickets)
         while True:
             settled = envs_in = 0
             for ticket in tickets:
                 if ticket.outcome is not None:
-                    settled, envs_in = settled + 1, envs_in + len(ticket.envs)
-            if envs_in >= min_envs or settled == len(tickets):
+                    settled += 1
+                    envs_in += len(ticket.envs)
+            if envs_in >= min_envs or settled == count:
                 return True
-            for transport in by_fd.values():
-                if transport.broken:
+            if deadline is None:
+                ready = poller.poll()
+            else:
+                ready = poller.poll(int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
+                if not ready:
                     return False
-            left = remaining(deadline)
-            ready = poller.poll(None if left is None else int(left * 1000) + 1)
-            if not ready:
-                return False
             for fd, _ in ready:
-                by_fd[fd].pump()
+                transport = by_fd[fd]
+                transport.pump()
+                if transport.broken:  # (it settled its tickets as lost: the slow path's)
+                    return False
 
 
 def _give_up(tickets: list[Ticket]) -> None:

@@ -45,17 +45,14 @@ class StepVerbs(FirstReadyVerbs):
         lost-episode reports in it count as delivered only once it has returned.
         """
         self._state.check_idle(label)
-        hot = self._hot
-        if hot is None:
-            return self._wait_step(self._launch_step(actions), None, finish)
-        deadline = deadline_in(self._pool.options.timeout)
-        try:
-            return hot.step(actions, deadline, finish)
-        except NotHot as not_hot:
-            call = not_hot.call
-        if call is None:
-            call = self._launch_slow(actions)
-        return self._wait_step(call, None, finish, deadline)
+        hot, deadline = self._hot, deadline_in(self._pool.options.timeout)
+        if hot is not None:
+            try:
+                return hot.step(actions, deadline, finish)
+            except NotHot as not_hot:
+                if not_hot.call is not None:  # (sent and waited for on the hot path already)
+                    return self._wait_slow(not_hot.call, None, deadline, finish)
+        return self._wait_until(self._launch_slow(actions), None, deadline, finish)
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
@@ -86,26 +83,34 @@ class StepVerbs(FirstReadyVerbs):
         args = [(chunk, None) for chunk in chunks]
         return self._calls.launch("step", args, "step", shared_args=True)
 
-    def _wait_step(
+    def _wait_step(self, call: Call, timeout: float | None, finish: Callable[[Batch], T]) -> T:
+        """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
+        deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
+        return self._wait_until(call, timeout, deadline, finish)
+
+    def _wait_until(
         self,
         call: Call,
         timeout: float | None,
+        deadline: float | None,
         finish: Callable[[Batch], T],
-        deadline: float | None = None,
     ) -> T:
-        """`finish` of the batch of `call`, a step of every env; pending after a timeout.
-
-        It waits until `deadline` if given (a wait begun already), else for `timeout`.
-        """
-        if deadline is None:
-            deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
+        """`_wait_step` until `deadline`: on the hot path if it can, else on the slow path."""
         hot = self._hot
+        batch = None if hot is None else hot.step_wait(call, deadline)
+        if batch is not None:
+            return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
+        return self._wait_slow(call, timeout, deadline, finish)
+
+    def _wait_slow(
+        self,
+        call: Call,
+        timeout: float | None,
+        deadline: float | None,
+        finish: Callable[[Batch], T],
+    ) -> T:
+        """`_wait_until` on the slow path (which judges what came back and recovers)."""
         try:
-            batch = None if hot is None else hot.step_wait(call, deadline)
-            if batch is not None:
-                return hand_out(
-                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
-                )
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
             self._state.keep_pending(call)
