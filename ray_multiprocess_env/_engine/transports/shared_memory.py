@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ray_multiprocess_env._engine.transports.base import Ticket
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport, decode_reply
+from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._protocol.pipes import dumps
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
 from ray_multiprocess_env._protocol.status import DOORBELL
@@ -64,16 +64,15 @@ class SharedMemoryTransport(PipeTransport):
         leaves = self._views.action_leaves
         self._leaf = leaves[0] if len(leaves) == 1 else None  # (the common case, fast)
         self._actions_shared = False  # the worker uses the rows: actions may go through them
-        self._share_seq = -1
         try:
             self.submit(share)
-            self._share_seq = share.handle  # its reply says whether the worker uses the rows
             self.waiter.wait([share], deadline, 1)
             if share.outcome is None:
                 self.forget(share)
                 raise TimeoutError("the worker did not map the shared memory in time")
             if not share.outcome.ok:
                 raise share.outcome.error or RuntimeError("the worker could not map the memory")
+            self._actions_shared = True
         except BaseException:  # half made: its pipes closed, so the worker's `serve` ends
             self.close()
             raise
@@ -136,16 +135,6 @@ class SharedMemoryTransport(PipeTransport):
     def _doorbell(self) -> bytes:
         """The message of a step of every env whose actions are in the rows."""
         return DOORBELL
-
-    def _received(self, seq: int, payload: bytes) -> None:
-        if seq != self._share_seq:
-            super()._received(seq, payload)
-            return
-        outcome = decode_reply(payload)  # (also when the `share` request was given up on)
-        self._actions_shared = outcome.ok
-        ticket = self._waiting.pop(seq, None)
-        if ticket is not None:
-            ticket.outcome = outcome
 
     def close(self) -> None:
         """Close the pipes and let go of the shared memory."""

@@ -117,7 +117,6 @@ class TcpTransport(SharedMemoryTransport):
         try:
             if batch is None:
                 self._views, self._leaf, self._actions_shared = None, None, False  # type: ignore[assignment]
-                self._share_seq = -1
                 return
             spaces = (batch.observation_space, batch.action_space)
             mirror = Ticket(-1, -1, "mirror", spaces, tuple(range(*span)))
