@@ -9,8 +9,8 @@ infos off the shared layout, some of a worker's envs) goes to the slow path (`Ca
 `FirstReadyVerbs`), which finds the hot path's calls as its own: the hot path skips layers,
 never bookkeeping. Each call it sends is a `Ticket` (in the call state, for the asynchronous
 verbs), so a timeout, a Ctrl-C, `close` or the next call of any verb sees it, and each method
-here either does all of its work or hands the call to the slow path untouched (it returns
-None or False, or raises `NotHot`).
+here either does all of its work or hands the call to the slow path untouched (None, False,
+or `NotHot`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,7 @@ T = TypeVar("T")
 
 
 class NotHot(Exception):
-    """The hot path hands a verb to the slow path, with nothing of its state changed.
-
-    `HotPath.recv`: nothing was taken out of flight. `HotPath.step`: `call` is the step it
-    sent (the slow path's to wait for and judge), or None if it sent nothing.
-    """
-
-    def __init__(self, call: Call | None = None) -> None:
-        super().__init__()
-        self.call = call
+    """`HotPath.recv` hands the call to the slow path (nothing was taken out of flight)."""
 
 
 class HotPath:
@@ -121,17 +113,16 @@ class HotPath:
         return tickets
 
     def _answers(
-        self, tickets: list[Ticket], deadline: float | None, rung: bool = False
+        self, tickets: list[Ticket], deadline: float | None
     ) -> tuple[list[tuple[int, Any]], bool] | None:
         """Wait for every ticket; if all answered well, what the store needs of their replies.
 
         That is ``(first env, infos)`` per worker and whether an env spoke old gym's API; None
         (nothing given up) hands the call to the slow path. A Ctrl-C gives the call up (its
-        replies are dropped when they come) and is raised. `rung`: `_ring` has just made the
-        tickets (on the transports of now).
+        replies are dropped when they come) and is raised.
         """
         try:
-            if not self._waited(tickets, self._pool.num_envs, deadline, rung):
+            if not self._waited(tickets, self._pool.num_envs, deadline):
                 return None
         except BaseException:
             _give_up(tickets)
@@ -175,24 +166,6 @@ class HotPath:
         return out
 
     # -- the full step, and a step of some workers' envs ------------------------------------------
-    def step(self, actions: Any, deadline: float | None, finish: Callable[[Batch], T]) -> T:
-        """`Engine.step` in one go: what `finish` makes of the batch, once all answered well.
-
-        The usual step, with as few layers as it can have: every worker rung, their pipes
-        read until each answered, the rows handed out. `NotHot` hands it to the slow path
-        (with the call sent, to wait for until the same `deadline`, or with none). A Ctrl-C
-        while waiting gives the step up.
-        """
-        with DEFERRED:
-            tickets = self._ring(actions, self._every_worker)
-        if tickets is None:
-            raise NotHot
-        answers = self._answers(tickets, deadline, rung=True)
-        if answers is None:
-            raise NotHot(Call("step", "step", tickets))
-        batch = self._store.batch(*answers)
-        return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
-
     def launch_step(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""
         with DEFERRED:
@@ -275,23 +248,19 @@ class HotPath:
         make = lambda: finish(self._store.rows_of(ids, *answers))  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, done, ids, make)
 
-    def _waited(
-        self, tickets: list[Ticket], min_envs: int, deadline: float | None, rung: bool = False
-    ) -> bool:
+    def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
         """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).
 
         False (the slow path's to wait) unless every ticket is on its worker's hot transport
-        of now (known if `rung`: `_ring` has just made them); at `deadline`; or if one of
-        their pipes broke or has a message to write.
+        of now; at `deadline`; or if one of their pipes broke or has a message to write.
         """
-        if not rung:
-            transports = self._hot_transports()
-            if transports is None:
+        transports = self._hot_transports()
+        if transports is None:
+            return False
+        for ticket in tickets:
+            transport = transports[ticket.worker]
+            if ticket.transport is not transport or transport.broken:  # (a lost worker's)
                 return False
-            for ticket in tickets:
-                transport = transports[ticket.worker]
-                if ticket.transport is not transport or transport.broken:  # (a lost worker's)
-                    return False
         poller, by_fd = self._poller(tickets)
         for transport in by_fd.values():
             if transport.wants_write or transport.broken:  # (reading does not write: once)

@@ -17,7 +17,6 @@ import numpy as np
 from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
-from ray_multiprocess_env._engine.hot_path import NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
@@ -45,14 +44,7 @@ class StepVerbs(FirstReadyVerbs):
         lost-episode reports in it count as delivered only once it has returned.
         """
         self._state.check_idle(label)
-        hot, deadline = self._hot, deadline_in(self._pool.options.timeout)
-        if hot is not None:
-            try:
-                return hot.step(actions, deadline, finish)
-            except NotHot as not_hot:
-                if not_hot.call is not None:  # (sent and waited for on the hot path already)
-                    return self._wait_slow(not_hot.call, None, deadline, finish)
-        return self._wait_until(self._launch_slow(actions), None, deadline, finish)
+        return self._wait_step(self._launch_step(actions), None, finish)
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
@@ -72,10 +64,8 @@ class StepVerbs(FirstReadyVerbs):
         """Send a step of every env (nothing is sent if it raises)."""
         hot = self._hot
         call = None if hot is None else hot.launch_step(actions, "step")
-        return self._launch_slow(actions) if call is None else call
-
-    def _launch_slow(self, actions: Any) -> Call:
-        """`_launch_step` on the slow path."""
+        if call is not None:
+            return call
         if self._store is None:
             return self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
         bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
@@ -86,31 +76,13 @@ class StepVerbs(FirstReadyVerbs):
     def _wait_step(self, call: Call, timeout: float | None, finish: Callable[[Batch], T]) -> T:
         """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
-        return self._wait_until(call, timeout, deadline, finish)
-
-    def _wait_until(
-        self,
-        call: Call,
-        timeout: float | None,
-        deadline: float | None,
-        finish: Callable[[Batch], T],
-    ) -> T:
-        """`_wait_step` until `deadline`: on the hot path if it can, else on the slow path."""
         hot = self._hot
-        batch = None if hot is None else hot.step_wait(call, deadline)
-        if batch is not None:
-            return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
-        return self._wait_slow(call, timeout, deadline, finish)
-
-    def _wait_slow(
-        self,
-        call: Call,
-        timeout: float | None,
-        deadline: float | None,
-        finish: Callable[[Batch], T],
-    ) -> T:
-        """`_wait_until` on the slow path (which judges what came back and recovers)."""
         try:
+            batch = None if hot is None else hot.step_wait(call, deadline)
+            if batch is not None:
+                return hand_out(
+                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                )
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
             self._state.keep_pending(call)
