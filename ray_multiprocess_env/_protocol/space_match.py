@@ -14,7 +14,7 @@ from typing import Any
 
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
-__all__ = ["mismatch"]
+__all__ = ["equivalent", "mismatch"]
 
 
 def mismatch(
