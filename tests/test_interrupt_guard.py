@@ -1,13 +1,15 @@
 """The guard that holds Ctrl-C back (`deferred_interrupts`): a Ctrl-C in it is never lost.
 
-A real SIGINT is raised at each line of the guard's own ``__enter__`` and ``__exit__`` in turn,
-for a block alone and for a block nested in another: exactly one `KeyboardInterrupt` must come
-out (held back to the end of the outermost block once the guard holds it), and the guard must be
-left as it was found: the same SIGINT handler, no block counted as open.
+A real SIGINT is raised at each line of the guard's own ``__enter__``, ``__exit__``, ``poll`` and
+handler in turn, for a block alone and for a block nested in another: exactly one
+`KeyboardInterrupt` must come out (held back to the end of the outermost block once the guard
+holds it, or let through at its ``poll``), and the guard must be left as it was found: the same
+SIGINT handler, no block counted as open.
 """
 
 from __future__ import annotations
 
+import select
 import signal
 
 import pytest
@@ -17,7 +19,9 @@ from tests.interrupts import interrupt_at_line, lines_of
 
 GUARD = type(DEFERRED)
 LINES = [
-    (method, line) for method in (GUARD.__enter__, GUARD.__exit__) for line in lines_of(method)
+    (method, line)
+    for method in (GUARD.__enter__, GUARD.__exit__, GUARD.poll, GUARD._record)
+    for line in lines_of(method)
 ]
 
 
@@ -25,6 +29,7 @@ LINES = [
 @pytest.mark.parametrize(("method", "line"), LINES, ids=[f"{m.__name__}:{n}" for m, n in LINES])
 def test_a_ctrl_c_at_any_line_of_the_guard_comes_out_once(method, line, nested):
     handler = signal.getsignal(signal.SIGINT)
+    poller = select.poll()
     ran: list[str] = []
     raised = 0
     try:
@@ -33,6 +38,9 @@ def test_a_ctrl_c_at_any_line_of_the_guard_comes_out_once(method, line, nested):
                 if nested:
                     with deferred_interrupts():
                         ran.append("inner")
+                        DEFERRED.poll(poller, 0)  # (nested: a plain poll, held back)
+                else:
+                    DEFERRED.poll(poller, 0)  # (let through here)
                 ran.append("body")
     except KeyboardInterrupt:
         raised += 1
@@ -45,6 +53,20 @@ def test_a_ctrl_c_at_any_line_of_the_guard_comes_out_once(method, line, nested):
     with pytest.raises(KeyboardInterrupt):  # and the next block holds a Ctrl-C back again
         _held_back(ran)
     assert ran[-1] == "held"
+
+
+def test_a_ctrl_c_held_back_comes_out_at_the_poll_and_not_again():
+    """A SIGINT recorded before `poll` is raised there, once; the block's end raises none."""
+    ran: list[str] = []
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts():  # noqa: PT012
+        signal.raise_signal(signal.SIGINT)
+        ran.append("held")
+        DEFERRED.poll(select.poll(), 0)
+        ran.append("after the poll")
+    assert ran == ["held"]
+    assert DEFERRED._depth == 0  # (private)
+    with deferred_interrupts():  # (nothing left over)
+        ran.append("next")
 
 
 def _held_back(ran: list[str]) -> None:

@@ -3,7 +3,9 @@
 A ``KeyboardInterrupt`` (Jupyter's "interrupt kernel") must never land half-way through moving
 a message between the kernel and a link's buffers, nor between sending a call to some workers
 and the rest; the few statements that do so run inside `deferred_interrupts`, and the
-interrupt is delivered right after.
+interrupt is delivered right after. The hot path's step holds interrupts back from its first
+doorbell to its last reply read, and lets them through only while it blocks in ``poll``
+(`_DeferredInterrupts.poll`), where nothing is half done.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ class _DeferredInterrupts:
     one that records the signal, and puts the old one back when it ends.
     """
 
-    __slots__ = ("_depth", "_previous", "_received")
+    __slots__ = ("_depth", "_open", "_previous", "_received")
 
     def __init__(self) -> None:
         self._depth = 0  # nested blocks open on the main thread
         self._previous: Any = None  # the handler swapped out (None: none swapped)
         self._received: list[tuple[int, Any]] = []
+        self._open = False  # inside `poll`: a SIGINT goes to `previous` at once
 
     def __enter__(self) -> None:
         if _thread.get_ident() != _MAIN_THREAD:
@@ -49,7 +52,31 @@ class _DeferredInterrupts:
         self._depth = 1
 
     def _record(self, signum: int, frame: Any) -> None:
-        self._received.append((signum, frame))
+        if self._open:  # (blocked in `poll`, or between the statements around it)
+            self._open = False
+            _deliver(self._previous, signum, frame)
+        else:
+            self._received.append((signum, frame))
+
+    def poll(self, poller: Any, timeout_ms: int | None) -> list[tuple[int, int]]:
+        """``poller.poll(timeout_ms)``, with a SIGINT let through while it blocks.
+
+        Call it in an outermost block, at a point where nothing is half done: a SIGINT
+        recorded before, or one arriving meanwhile, goes to the handler swapped out (a
+        ``KeyboardInterrupt``, by default) from here. In a nested block, or where nothing was
+        swapped, it is a plain ``poll``.
+        """
+        if self._depth != 1 or self._previous is None or _thread.get_ident() != _MAIN_THREAD:
+            return poller.poll(timeout_ms)  # type: ignore[no-any-return]
+        received = self._received
+        if received:
+            self._received = []
+            _deliver(self._previous, *received[0])
+        self._open = True
+        try:
+            return poller.poll(timeout_ms)  # type: ignore[no-any-return]
+        finally:
+            self._open = False
 
     def __exit__(self, *exc_info: object) -> None:
         if _thread.get_ident() != _MAIN_THREAD:
@@ -62,10 +89,15 @@ class _DeferredInterrupts:
         self._previous = None  # from here on a SIGINT goes to `previous`
         received, self._received = self._received, []
         if received:
-            if callable(previous):
-                previous(*received[0])
-            elif previous == _signal.SIG_DFL:
-                raise KeyboardInterrupt
+            _deliver(previous, *received[0])
+
+
+def _deliver(handler: Any, signum: int, frame: Any) -> None:
+    """Run the SIGINT `handler` that was swapped out, as Python would have run it."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == _signal.SIG_DFL:
+        raise KeyboardInterrupt
 
 
 #: The guard itself (``with DEFERRED:``), for the hot path: `deferred_interrupts` returns it.
