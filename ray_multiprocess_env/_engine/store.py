@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
+from ray_multiprocess_env._engine.info_copies import copy_infos, plan_copies
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._protocol.infos import InfoColumn, columns_of, learnable, merge_infos
 from ray_multiprocess_env._protocol.shared_layout import (
@@ -61,6 +62,7 @@ class BatchStore:
         self._blocks: list[ColumnBlock] = []
         self._learned: set[tuple[str, ...]] = set()
         self._spans: dict[tuple[int, int, int], tuple[Any, ...]] = {}  # (`_span`)
+        self._plans: dict[int, tuple[Any, ...]] = {}  # (`whole`)
         self.use_columns = share  # some worker writes numeric infos into columns (`learn`)
         self._memory: SharedBatch | None = None
         self._obs_list: list[Any] | None = None
@@ -147,13 +149,17 @@ class BatchStore:
         if last - first + 1 == len(env_ids) and self._batched_infos:
             span = self._span(first, last + 1)
         if span is not None:
-            observations, rewards, terminations, truncations, columns = span
+            observations, rewards, terminations, truncations, columns, plans = span
+            written = _written(parts)
+            plan = plans.get(written)
+            if plan is None:
+                plan = plans[written] = plan_copies(columns, written)
             return Batch(
                 observations.copy(),
                 rewards.copy(),
                 terminations.copy(),
                 truncations.copy(),
-                columns_of(columns, _written(parts), None),
+                copy_infos(plan),
                 env_ids,
                 old_api,
                 False,
@@ -196,6 +202,7 @@ class BatchStore:
                 self.terminations[rows],
                 self.truncations[rows],
                 columns,
+                {},  # (`_plan` s of the columns, by the columns written)
             )
             if len(self._spans) >= _MAX_SPANS or any(k[2] != key[2] for k in self._spans):
                 self._spans = {}  # (columns added, or many spans: the slow path's `recv`s)
@@ -281,6 +288,23 @@ class BatchStore:
         arrays = (self.rewards[env_ids], self.terminations[env_ids], self.truncations[env_ids])
         return Batch(observations, *arrays, infos, env_ids, old_api, False)
 
+    def whole(self, written: int, old_api: bool) -> Batch:
+        """`batch` of a call of every env whose infos are all in the columns `written`.
+
+        The infos' layout is worked out once per set of columns written (`_plans`); what
+        each call costs is a copy of each column written, in `columns_of`'s order.
+        """
+        plan = self._plans.get(written)
+        if plan is None:
+            plan = self._plans[written] = plan_copies(self.columns, written)
+        infos = copy_infos(plan)
+        if self._obs_list is None:
+            observations, shared = self.observations, True
+        else:
+            observations, shared = stack(self._space, self._obs_list), False
+        arrays = (self.rewards, self.terminations, self.truncations)
+        return Batch(observations, *arrays, infos, None, old_api, shared)
+
     def _infos(
         self,
         parts: list[tuple[int, Any]],
@@ -317,11 +341,12 @@ class BatchStore:
         block = ColumnBlock.create(new, self.num_envs)
         self._blocks.append(block)
         self.columns += block.columns()
+        self._plans = {}
         return [block.spec]
 
     def close(self) -> bool:
         """Release the memory; False while views handed out (``copy=False``) still hold some."""
-        self.columns, self._spans = [], {}
+        self.columns, self._spans, self._plans = [], {}, {}
         self.observations = self.rewards = self.terminations = self.truncations = None  # type: ignore[assignment]
         released = True
         for memory in [self._memory, *self._blocks]:
