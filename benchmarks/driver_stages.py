@@ -26,14 +26,14 @@ import ray
 from benchmarks import loops
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine import call_state, first_ready, hot_path, store
-from ray_multiprocess_env._engine.transports import pipes, shared_memory
+from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env.faces import gymnasium as face
 
 #: (owner, attribute, stage): the stages, in the order of a round trip, indented as they nest.
 STAGES = [
     (face.GymnasiumVectorEnv, "recv", "`recv`: all of it"),
     (hot_path.HotPath, "_waited", "  waiting: `poll` (and the wake-up), reading"),
-    (pipes.PipeTransport, "pump", "    reading the reply, settling its ticket"),
+    (shared_memory.SharedMemoryTransport, "read_lane", "    reading the reply"),
     (hot_path, "hand_out", "  handing out (all or nothing)"),
     (call_state.CallState, "take", "    the call state: out of flight"),
     (store.BatchStore, "rows_of", "    the rows: copies of obs, rewards, flags, info columns"),

@@ -22,6 +22,11 @@ from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import DEFERRED
+from ray_multiprocess_env._engine.lanes import Lanes, LaneStep
+from ray_multiprocess_env._engine.transports.pipes import PipeTransport
+from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.tcp import TcpTransport
+from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
 from tests.interrupts import interrupt_at_line, lines_of
@@ -46,11 +51,28 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._launch_step,
     Engine._wait_step,
-    HotPath._answers,
-    HotPath._waited,
-    HotPath._ring,
+    Lanes.launch,
+    Lanes.wait,
+    Lanes._batch,
+    LaneStep.tickets,
+    SharedMemoryTransport.read_lane,
+    TcpTransport.read_lane,
+    type(DEFERRED).poll,
     Calls.launch,
     hand_out,
+]
+
+
+#: Where the slow path takes a step over from the hot path (an env raised in it).
+TAKE_OVER_CODE: list[Callable[..., Any]] = [
+    Lanes.wait,
+    Lanes._took_reply,
+    PipeTransport.take_reply,
+    LaneStep.tickets,
+    SharedMemoryTransport.read_lane,
+    TcpTransport.read_lane,
+    PipeTransport.adopt,
+    PipeTransport.settle,
 ]
 
 
@@ -105,7 +127,7 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
 
 
 @pytest.mark.parametrize("face", ["gymnasium", "pfrl"])
-@pytest.mark.parametrize("transport", ["auto", "ray"])
+@pytest.mark.parametrize("transport", ["auto", "tcp", "ray"])
 def test_ctrl_c_at_any_line_of_step_gives_the_step_up(face, transport):
     """Ctrl-C anywhere in `step`: the next `step` works (never "call step_wait first")."""
     if face == "gymnasium":
@@ -125,6 +147,25 @@ def test_ctrl_c_at_any_line_of_step_gives_the_step_up(face, transport):
             obs = envs.step(np.ones(4, dtype=np.int64))[0]
             assert [float(np.asarray(o).ravel()[0]) for o in obs] == [c + 1 for c in before]
         assert fired_in > 5
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_at_any_line_of_a_step_taken_over_by_the_slow_path_gives_it_up(transport):
+    """Ctrl-C anywhere while the slow path takes a lane step over: the next `step` works."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds(TAKE_OVER_CODE):
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt, RemoteEnvError):
+                with interrupt_at_line(function, line) as fired:
+                    envs.step(np.array([-1, 1, 1, 1]))  # (env 0 raises: a pickled reply)
+            fired_in += bool(fired)
+            before = _counts(envs)
+            obs = envs.step(np.ones(4, dtype=np.int64))[0]
+            assert obs[:, 0].tolist() == [c + 1 for c in before], (function, line)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])

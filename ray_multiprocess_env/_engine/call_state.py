@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import numbers
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
 
-__all__ = ["Call", "CallState", "State", "T", "as_is", "hand_out"]
+__all__ = ["Call", "CallState", "Lanes", "State", "T", "as_is", "hand_out"]
 
 #: What a face makes of a batch (a verb's `finish`).
 T = TypeVar("T")
@@ -42,13 +42,35 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
+class Lanes(Protocol):
+    """A step the hot path sent with no tickets (`hot_path.LaneStep`)."""
+
+    def tickets(self) -> list[Ticket]:
+        """A ticket per worker, made at the first call (the same ones after)."""
+
+
 class Call:
-    """One operation launched on some workers: a ticket per worker."""
+    """One operation launched on some workers: a ticket per worker.
 
-    __slots__ = ("label", "op", "tickets")
+    A step the hot path sent on its lanes (`lanes`) has no tickets until something other
+    than the hot path looks at them: then `tickets` makes them, each settled by its reply.
+    """
 
-    def __init__(self, op: str, label: str, tickets: list[Ticket]) -> None:
-        self.op, self.label, self.tickets = op, label, tickets
+    __slots__ = ("_tickets", "label", "lanes", "op")
+
+    def __init__(
+        self, op: str, label: str, tickets: list[Ticket] | None, lanes: Lanes | None = None
+    ) -> None:
+        self.op, self.label, self._tickets, self.lanes = op, label, tickets, lanes
+
+    @property
+    def tickets(self) -> list[Ticket]:
+        """A ticket per worker called."""
+        tickets = self._tickets
+        if tickets is None:
+            assert self.lanes is not None  # (one or the other, always)
+            tickets = self._tickets = self.lanes.tickets()
+        return tickets
 
 
 class CallState:
@@ -211,6 +233,8 @@ def hand_out(
     on the way out. Another error from `make` (a face refusing what came back) is raised
     with the tickets taken, as the call's error; the reports stay owed.
     """
+    if not done and not lost_episodes.any:  # (nothing to take out of flight, nothing owed)
+        return make()  # (a Ctrl-C in it drops the result, with nothing to undo)
     taken: list[tuple[Ticket, str]] = []
     owed = None
     try:

@@ -35,6 +35,7 @@ from ray_multiprocess_env._engine.calls import (
 )
 from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
@@ -82,6 +83,7 @@ class Engine(StepVerbs):
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
         self._hot: HotPath | None = None
+        self._lanes: Lanes | None = None
         self._workers_here = 0  # worker processes on the driver's node (`driver_threads`)
         self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
         try:
@@ -107,6 +109,7 @@ class Engine(StepVerbs):
                 self._store.use_columns = hot and shared_memory_supported()
                 if hot:
                     self._hot = HotPath(pool, self._state, self._store)
+                    self._lanes = Lanes(pool, self._store)
             here = _here()
             workers_here = sum(w.node_id == here for w in pool.workers)
             driver_threads.add_workers(workers_here)  # (counted only if it returns)
@@ -325,7 +328,8 @@ class Engine(StepVerbs):
 
     def _release_memory(self) -> None:
         """Release the shared memory, even where a failure's traceback still holds views."""
-        store, self._store, self._pool.shared, self._hot = self._store, None, None, None
+        store, self._store, self._pool.shared = self._store, None, None
+        self._hot = self._lanes = None
         if store is not None and not store.close():
             gc.collect()  # e.g. a reference cycle of a dead worker's error
             if not store.close():

@@ -1,4 +1,4 @@
-"""The hot path: first-ready `send`/`recv`, the full step and `step_envs`, while all is well.
+"""The hot path: first-ready `send`/`recv`, `step_envs` and a reset's wait, while all is well.
 
 The common case of these verbs (same-node workers on shared memory, whole workers stepped,
 every answer fine, no info pieces to merge) costs the driver what the bare design of
@@ -7,10 +7,13 @@ worker, one ``poll`` on the workers' pipes, the rows of the workers that answere
 Anything else (an env error, a dead or late worker, an interrupt, a reset in flight, actions or
 infos off the shared layout, some of a worker's envs) goes to the slow path (`Calls`,
 `FirstReadyVerbs`), which finds the hot path's calls as its own: the hot path skips layers,
-never bookkeeping. Each call it sends is a `Ticket` (in the call state, for the asynchronous
-verbs), so a timeout, a Ctrl-C, `close` or the next call of any verb sees it, and each method
-here either does all of its work or hands the call to the slow path untouched (None, False,
-or `NotHot`).
+never bookkeeping.
+
+The full step goes on the workers' lanes (`lanes.py`), with no tickets. The verbs here send
+a `Ticket` per worker (in the call state, for first-ready), so a timeout, a Ctrl-C, `close` or
+the next call of any verb sees it; they read the answers as the lanes do (`read_lane`), and
+each method here either does all of its work or hands the call to the slow path untouched
+(None, False, or `NotHot`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call, CallState, State, hand_out
 from ray_multiprocess_env._engine.interrupts import DEFERRED
+from ray_multiprocess_env._engine.lanes import all_hot
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import HotTransport, Ticket, remaining
+from ray_multiprocess_env._engine.transports.shared_memory import OTHER
 
 __all__ = ["HotPath", "NotHot"]
 
@@ -56,9 +61,8 @@ class HotPath:
         """The workers' transports if every one is hot (and was working when last replaced)."""
         transports: list[Any] = [w.transport for w in self._pool.workers]
         if transports != self._transports:  # (by identity: a worker was replaced)
-            for transport in transports:
-                if not transport.hot or transport.broken:
-                    return None
+            if not all_hot(transports):
+                return None
             self._transports, self._pollers = transports, {}
         return self._transports
 
@@ -105,7 +109,8 @@ class HotPath:
                     worker, workers[worker].generation, "step", (chunk, None),
                     self._ranges[worker], True,
                 )  # fmt: skip
-                transports[worker].ring(ticket, chunk)
+                transport = transports[worker]
+                transport.adopt(ticket, transport.ring(chunk))
                 tickets.append(ticket)
         except BaseException:
             _give_up(tickets)
@@ -165,22 +170,7 @@ class HotPath:
             out[ticket.worker] = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
         return out
 
-    # -- the full step, and a step of some workers' envs ------------------------------------------
-    def launch_step(self, actions: Any, label: str) -> Call | None:
-        """`Engine`'s step of every env with every worker rung (None: nothing was sent)."""
-        with DEFERRED:
-            tickets = self._ring(actions, self._every_worker)
-        return None if tickets is None else Call("step", label, tickets)
-
-    def step_wait(self, call: Call, deadline: float | None) -> Batch | None:
-        """The batch of `call` (a step of every env) once every worker answered well.
-
-        None when the wait reaches `deadline`, or when anything about the call or its answers
-        is not the hot path's: the slow path's to wait for and judge. A Ctrl-C gives it up.
-        """
-        answers = self._answers(call.tickets, deadline)
-        return None if answers is None else self._store.batch(*answers)
-
+    # -- a step of some workers' envs --------------------------------------------------------
     def launch_envs(self, actions: Any, env_ids: Any, label: str) -> Call | None:
         """`Engine.step_envs`'s call, if its envs are whole workers' (None: not sent)."""
         runs = whole_worker_runs(self._lists, self._owner, env_ids)
@@ -266,25 +256,25 @@ class HotPath:
             if transport.wants_write or transport.broken:  # (reading does not write: once)
                 return False
         count = len(tickets)
-        while True:
-            settled = envs_in = 0
-            for ticket in tickets:
-                if ticket.outcome is not None:
-                    settled += 1
-                    envs_in += len(ticket.envs)
-            if envs_in >= min_envs or settled == count:
-                return True
-            if deadline is None:
-                ready = poller.poll()
-            else:
-                ready = poller.poll(int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
-                if not ready:
-                    return False
-            for fd, _ in ready:
-                transport = by_fd[fd]
-                transport.pump()
-                if transport.broken:  # (it settled its tickets as lost: the slow path's)
-                    return False
+        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
+            while True:
+                settled = envs_in = 0
+                for ticket in tickets:
+                    if ticket.outcome is not None:
+                        settled += 1
+                        envs_in += len(ticket.envs)
+                if envs_in >= min_envs or settled == count:
+                    return True
+                if deadline is None:
+                    ready = DEFERRED.poll(poller, None)
+                else:
+                    ready = DEFERRED.poll(poller, int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
+                    if not ready:
+                        return False
+                for fd, _ in ready:
+                    transport = by_fd[fd]
+                    if transport.read_lane() == OTHER and not transport.settle():
+                        return False  # (its end: the slow path's read finds it again)
 
 
 def _give_up(tickets: list[Ticket]) -> None:

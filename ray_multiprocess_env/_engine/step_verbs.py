@@ -18,6 +18,7 @@ from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
 from ray_multiprocess_env.batch import split_batch
@@ -28,6 +29,8 @@ __all__ = ["StepVerbs"]
 
 class StepVerbs(FirstReadyVerbs):
     """The step verbs of `Engine` (which provides the attributes of `FirstReadyVerbs`)."""
+
+    _lanes: Lanes | None  # the full step's road while all is well
 
     def step(
         self,
@@ -62,8 +65,8 @@ class StepVerbs(FirstReadyVerbs):
 
     def _launch_step(self, actions: Any) -> Call:
         """Send a step of every env (nothing is sent if it raises)."""
-        hot = self._hot
-        call = None if hot is None else hot.launch_step(actions, "step")
+        lanes = self._lanes
+        call = None if lanes is None else lanes.launch(actions, "step")
         if call is not None:
             return call
         if self._store is None:
@@ -76,9 +79,9 @@ class StepVerbs(FirstReadyVerbs):
     def _wait_step(self, call: Call, timeout: float | None, finish: Callable[[Batch], T]) -> T:
         """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
-        hot = self._hot
+        lanes = self._lanes
         try:
-            batch = None if hot is None else hot.step_wait(call, deadline)
+            batch = None if lanes is None else lanes.wait(call, deadline)
             if batch is not None:
                 return hand_out(
                     self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)

@@ -320,7 +320,7 @@ class Inbox:
     def __init__(self, guard: Guard) -> None:
         self._data = bytearray()
         self._guard = guard
-        self._scratch: bytearray | None = None  # what one read fills (made at the first read)
+        self.scratch = bytearray(_READ_SIZE)  # what one read fills (a caller may read into it)
 
     def pump(self, fd: int) -> tuple[list[tuple[int, bytes]], bool]:
         """Read what has arrived: the whole messages ``(seq, payload)``, and whether it ended.
@@ -333,9 +333,7 @@ class Inbox:
 
     def read(self, fd: int) -> tuple[list[tuple[int, bytes]], bool]:
         """`pump` for a caller that holds interrupts back around it already."""
-        if self._scratch is None:
-            self._scratch = bytearray(_READ_SIZE)
-        scratch, ended = self._scratch, False
+        scratch, ended = self.scratch, False
         while True:
             try:
                 count = os.readv(fd, [scratch])
@@ -354,6 +352,16 @@ class Inbox:
             if count < _READ_SIZE:
                 break  # all there was, most likely: `poll` tells when more comes
         return self._take(), ended
+
+    def feed(self, data: Buffer) -> list[tuple[int, bytes]]:
+        """Add bytes read elsewhere (into `scratch`, say): the whole messages now in."""
+        self._data += data
+        return self._take()
+
+    @property
+    def empty(self) -> bool:
+        """Whether no part of a message waits in the buffer."""
+        return not self._data
 
     def _take(self) -> list[tuple[int, bytes]]:
         data = self._data

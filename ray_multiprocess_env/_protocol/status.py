@@ -5,7 +5,8 @@ the message over a TCP stream) needs no arguments, and a worker whose envs all a
 with their rows written and every info in its column, has nothing to say but which columns it
 wrote and whether an env spoke old gym's API. Both then travel as one `RECORD` in place of a
 pickle: the driver rings with `DOORBELL` (the worker reads it with `operation`), the worker
-answers with `answer` (the driver reads it with `reply`). Everything else (an env error, infos
+answers with `answer` (the driver reads it with `code_of`, and `reply_of_code` is the reply it
+stands for). Everything else (an env error, infos
 off the columns, any other operation) is a pickled message as before. The two never mix up: a
 pickle (protocol 2 and later) starts with byte 0x80, a record with byte 0. Over a TCP stream the
 rows follow a record as they follow a pickle.
@@ -19,13 +20,16 @@ import struct
 from typing import Any
 
 __all__ = [
+    "ANSWERS",
     "DOORBELL",
+    "FRAMED_RECORD",
     "RECORD",
     "answer",
+    "code_of",
     "in_place",
     "is_record",
     "operation",
-    "reply",
+    "reply_of_code",
 ]
 
 #: tag (0), kind, padding, the info columns written (a bit each)
@@ -37,6 +41,11 @@ _OK_OLD_API = 3  # the same, and an env spoke old gym's API
 
 #: The doorbell of a step of every env whose actions are in the rows.
 DOORBELL = RECORD.pack(_TAG, _STEP, 0)
+#: A record after the pipes' message header (sequence number, payload length): one read,
+#: its tag and kind as one number (a key of `ANSWERS`).
+FRAMED_RECORD = struct.Struct("<qqH6xQ")
+#: A worker's answers as `FRAMED_RECORD` reads their tag and kind: whether old gym's API.
+ANSWERS = {_TAG | _OK << 8: 0, _TAG | _OK_OLD_API << 8: 1}
 
 
 def is_record(payload: Any) -> bool:
@@ -61,16 +70,19 @@ def operation(payload: Any) -> tuple[str, tuple[Any, ...]]:
     return "step", (None, None)
 
 
-def reply(payload: Any) -> tuple[Any, Any, Any, Any, Any, bool]:
-    """The reply a record from a worker stands for: nothing but the columns written.
+def code_of(tag: int, kind: int, columns: int) -> int:
+    """A worker's answer (a record's fields) as one int: ``columns << 1 | old_api``; -1 if not one.
 
-    Raises:
-        ValueError: If `payload` is not a worker's answer.
+    The driver's hot path keeps this in place of a reply (`reply_of_code` makes the reply).
     """
-    _, kind, columns = RECORD.unpack_from(payload)
-    if kind not in (_OK, _OK_OLD_API):
-        raise ValueError(f"not a worker's answer: a status record of kind {kind}")
-    return None, None, None, None, (None, columns), kind == _OK_OLD_API
+    if tag != _TAG or (kind != _OK and kind != _OK_OLD_API):
+        return -1
+    return columns << 1 | (kind == _OK_OLD_API)
+
+
+def reply_of_code(code: int) -> tuple[Any, Any, Any, Any, Any, bool]:
+    """The reply an answer's `code_of` stands for (as `reply` of its record)."""
+    return None, None, None, None, (None, code >> 1), bool(code & 1)
 
 
 def in_place(value: Any) -> bool:

@@ -111,7 +111,8 @@ class HotTransport(Transport, Protocol):
     """A transport that steps all of its worker's envs with a doorbell (`hot_path.HotPath`).
 
     Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on; `pump` reads
-    what has arrived and settles the tickets.
+    what has arrived and settles the tickets, `read_lane` reads the answer to a step sent
+    with no ticket.
     """
 
     broken: bool
@@ -129,8 +130,26 @@ class HotTransport(Transport, Protocol):
     def can_ring(self, actions: Any) -> bool:
         """Whether `ring` can send a step of all of the worker's envs with these `actions`."""
 
-    def ring(self, ticket: Ticket, actions: Any) -> None:
-        """Send `ticket`, a step of all of the worker's envs (after `can_ring`)."""
+    def ring(self, actions: Any) -> int:
+        """Send a step of all of the worker's envs (after `can_ring`): its sequence number.
+
+        No ticket waits for its reply: `read_lane` reads it, or the ticket `adopt` ed does.
+        """
+
+    def read_lane(self) -> int:
+        """The reply to the last `ring` if it is a record of everything in place (its code).
+
+        Else `NOTHING` (no whole message yet) or `OTHER` (left for `settle`).
+        """
+
+    def adopt(self, ticket: Ticket, seq: int) -> None:
+        """`ticket` stands for message `seq`, sent by `ring`: its reply settles it."""
+
+    def take_reply(self, seq: int) -> Outcome | None:
+        """The outcome of the reply to `seq` `read_lane` left, if that is all (else None)."""
+
+    def settle(self) -> bool:
+        """Settle what `read_lane` left, now that tickets stand for it (False: it ended)."""
 
 
 #: The longest one wait blocks (``poll`` takes at most 2**31 ms); the waits loop until done.

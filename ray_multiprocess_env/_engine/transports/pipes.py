@@ -32,11 +32,10 @@ from ray.exceptions import RayError
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
-from ray_multiprocess_env._protocol.status import RECORD, is_record
-from ray_multiprocess_env._protocol.status import reply as record_reply
+from ray_multiprocess_env._protocol.status import RECORD, code_of, is_record, reply_of_code
 from ray_multiprocess_env.errors import RemoteFailure
 
-__all__ = ["PipeTransport", "decode_reply", "pipes_supported"]
+__all__ = ["PipeTransport", "decode_reply", "outcome_of_code", "pipes_supported"]
 
 _PREFIX = "ray-multiprocess-env-"
 _F_SETPIPE_SZ = 1031
@@ -122,6 +121,9 @@ class PipeTransport:
         self._outbox = Outbox(deferred_interrupts)
         self._inbox = Inbox(deferred_interrupts)
         self.broken = False  # the pipe closed: the worker died, or serving ended
+        self._lost: Outcome | None = None  # the outcome of every ticket once broken
+        # messages read (and whether the pipe ended) that wait for `settle`
+        self._unsettled: tuple[list[tuple[int, bytes]], bool] | None = None
 
     def _connect(self, actor: Any, deadline: float | None) -> tuple[int, int, Any]:
         """Start the worker's `serve` over new pipes: their "go" and "done" ends, and the call."""
@@ -215,6 +217,52 @@ class PipeTransport:
         if ended:
             self._break()  # outside the deferral: asking Ray why may take a moment
 
+    def adopt(self, ticket: Ticket, seq: int) -> None:
+        """`ticket` stands for message `seq`, sent with no ticket (a lane's step, `ring`).
+
+        Its reply settles it when it comes (or came, and waits for `settle`); once the
+        transport is lost, it settles as lost at once. A reply already read and taken as a
+        lane's is not this transport's to give: the caller settles that ticket.
+        """
+        ticket.transport, ticket.handle = self, seq
+        if self.broken:
+            ticket.outcome = self._lost
+        elif seq > self._answered:
+            self._waiting[seq] = ticket
+
+    def take_reply(self, seq: int) -> Outcome | None:
+        """The outcome of the reply to `seq` that `read_lane` left, if that is all it left.
+
+        None (left for `settle`) if it left anything else: other messages, the pipe's end.
+        Call it with interrupts held back.
+        """
+        unsettled = self._unsettled
+        if unsettled is None or unsettled[1] or len(unsettled[0]) != 1:
+            return None
+        answered, payload = unsettled[0][0]
+        if answered != seq:
+            return None
+        probe = Ticket(-1, -1, "step", (), ())  # (settled as a ticket would be: one decoder)
+        self._unsettled, self._answered, self._waiting[seq] = None, seq, probe
+        self._received(seq, payload)
+        return probe.outcome
+
+    def settle(self) -> bool:
+        """Settle the tickets of the messages a lane read but left (`_unsettled`).
+
+        False if the pipe had ended: reading it again (`pump`) finds the end again and
+        settles what still waits as lost, out of any block that holds interrupts back.
+        """
+        with DEFERRED:
+            unsettled, self._unsettled = self._unsettled, None
+            if unsettled is None:
+                return True
+            messages, ended = unsettled
+            for seq, payload in messages:
+                self._answered = seq
+                self._received(seq, payload)
+        return not ended
+
     def _received(self, seq: int, payload: bytes) -> None:
         ticket = self._waiting.pop(seq, None)
         if ticket is not None:  # else a reply to a ticket given up on
@@ -229,7 +277,8 @@ class PipeTransport:
 
     def _break(self) -> None:
         self.broken = True
-        self._settle_waiting(self._death())
+        self._lost = self._death()
+        self._settle_waiting(self._lost)
         self._outbox.clear()
 
     def _settle_waiting(self, outcome: Outcome) -> None:
@@ -253,9 +302,10 @@ class PipeTransport:
         Tickets still waiting are settled as lost with the worker (a restart sends them to
         the new one), so none waits on a closed (and maybe reused) descriptor.
         """
-        self._settle_waiting(
-            Outcome(False, error=RuntimeError("the worker's pipes were closed"), died=True)
-        )
+        if self._lost is None:
+            cause = RuntimeError("the worker's pipes were closed")
+            self._lost = Outcome(False, error=cause, died=True)
+        self._settle_waiting(self._lost)
         if self._go >= 0:
             for fd in {self._go, self._done}:  # (one socket is both)
                 with contextlib.suppress(OSError):
@@ -264,24 +314,29 @@ class PipeTransport:
         self.broken = True
 
 
-#: The outcomes of the status records seen, by their bytes (a few: one per set of columns
-#: written); each is immutable, so every reply of those bytes shares it.
-_RECORD_OUTCOMES: dict[bytes, Outcome] = {}
+#: The outcomes of the workers' answers seen, by their `status.code_of` (a few: one per set
+#: of columns written); each is immutable, so every answer of that code shares it.
+_ANSWER_OUTCOMES: dict[int, Outcome] = {}
+
+
+def outcome_of_code(code: int) -> Outcome:
+    """The outcome of a worker's answer (a status record) of this `status.code_of`."""
+    outcome = _ANSWER_OUTCOMES.get(code)
+    if outcome is None:
+        outcome = Outcome(True, reply_of_code(code))
+        if len(_ANSWER_OUTCOMES) < 256:
+            _ANSWER_OUTCOMES[code] = outcome
+    return outcome
 
 
 def decode_reply(payload: bytes) -> Outcome:
     """The outcome a reply's bytes stand for (a status record, or a pickle)."""
-    alone = type(payload) is bytes and len(payload) == RECORD.size  # (a record alone: usual)
-    if alone:
-        known = _RECORD_OUTCOMES.get(payload)
-        if known is not None:
-            return known
     try:
         if is_record(payload):
-            outcome = Outcome(True, record_reply(payload))
-            if alone and len(_RECORD_OUTCOMES) < 256:
-                _RECORD_OUTCOMES[payload] = outcome
-            return outcome
+            code = code_of(*RECORD.unpack_from(payload))
+            if code < 0:
+                raise ValueError(f"not a worker's answer: the record {bytes(payload[:16])!r}")
+            return outcome_of_code(code)
         ok, value = loads(payload)
     except Exception as err:  # e.g. a class the driver cannot import
         cause = RemoteFailure(err, f"the reply could not be deserialized on the driver: {err!r}")

@@ -14,18 +14,24 @@ worker has answered everything sent to it (otherwise they travel in the message)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ray_multiprocess_env._engine.transports.base import Ticket
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport
+from ray_multiprocess_env._engine.transports.pipes import PipeTransport, outcome_of_code
 from ray_multiprocess_env._protocol.pipes import dumps
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
-from ray_multiprocess_env._protocol.status import DOORBELL
+from ray_multiprocess_env._protocol.status import ANSWERS, DOORBELL, FRAMED_RECORD, RECORD
 
-__all__ = ["SharedMemoryTransport"]
+#: What `SharedMemoryTransport.read_lane` returns when no whole reply is in yet.
+NOTHING = -2
+#: What it returns when a reply that is not a record of everything in place came.
+OTHER = -1
+
+__all__ = ["NOTHING", "OTHER", "SharedMemoryTransport"]
 
 
 class SharedMemoryTransport(PipeTransport):
@@ -117,20 +123,57 @@ class SharedMemoryTransport(PipeTransport):
             and actions.shape == leaf.shape
         )
 
-    def ring(self, ticket: Ticket, actions: np.ndarray) -> None:
-        """Send `ticket`, a step of all of this worker's envs, as a doorbell (the hot path).
+    def ring(self, actions: np.ndarray) -> int:
+        """Send a step of all of this worker's envs as a doorbell: its sequence number.
 
-        Call it with interrupts held back, after `can_ring`. The actions go into the shared
-        memory, the fixed doorbell message onto the pipe.
+        The hot path's; call it with interrupts held back, after `can_ring`. The actions go
+        into the shared memory, the fixed doorbell message onto the pipe. No ticket waits
+        for the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
         data = self._doorbell()
-        ticket.transport = self
         self._seq = seq = self._seq + 1
-        ticket.handle = seq
-        self._waiting[seq] = ticket
         if not self._outbox.send(self._go, seq, data):
             self._break()  # the worker closed its end: it is gone (as in `submit`)
+        return seq
+
+    def read_lane(self) -> int:
+        """Read the reply to the last `ring`: its `status.code_of`, or `NOTHING` or `OTHER`.
+
+        The code if the reply is a record of everything in place (the usual; a ticket that
+        stands for the step, `adopt` ed, is settled with it); `NOTHING` if no whole message is
+        in yet; `OTHER` if anything else came, or the pipe ended: that waits for `settle`,
+        which the caller runs once a ticket stands for the step. Call it with interrupts held
+        back, when ``poll`` says the pipe is readable.
+        """
+        inbox = self._inbox
+        scratch = inbox.scratch
+        try:
+            count = os.readv(self._done, [scratch])
+        except BlockingIOError:
+            return NOTHING
+        except OSError:  # (as its end)
+            count = 0
+        if count == FRAMED_RECORD.size and inbox.empty:
+            seq, size, head, columns = FRAMED_RECORD.unpack_from(scratch)
+            old_api = ANSWERS.get(head)
+            if old_api is not None and seq == self._seq and size == RECORD.size:
+                self._answered = seq
+                code: int = columns << 1 | old_api  # (`status.code_of`)
+                if self._waiting:  # (a ticket stands for the step: first-ready's)
+                    self._settle_lane(seq, code)
+                return code
+        messages = inbox.feed(memoryview(scratch)[:count])
+        if not messages and count:
+            return NOTHING  # (part of a message)
+        self._unsettled = (messages, not count)
+        return OTHER
+
+    def _settle_lane(self, seq: int, code: int) -> None:
+        """Give the ticket of `seq` (if one waits) the outcome of the answer `code`."""
+        ticket = self._waiting.pop(seq, None)
+        if ticket is not None:
+            ticket.outcome = outcome_of_code(code)
 
     def _doorbell(self) -> bytes:
         """The message of a step of every env whose actions are in the rows."""

@@ -31,10 +31,14 @@ import ray
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
-from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.shared_memory import (
+    NOTHING,
+    OTHER,
+    SharedMemoryTransport,
+)
 from ray_multiprocess_env._protocol.pipes import dumps
 from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
-from ray_multiprocess_env._protocol.status import DOORBELL
+from ray_multiprocess_env._protocol.status import DOORBELL, RECORD, code_of, is_record
 from ray_multiprocess_env._protocol.stream import (
     RowTarget,
     handshake_driver,
@@ -199,6 +203,30 @@ class TcpTransport(SharedMemoryTransport):
                 ticket.outcome = Outcome(False, error=cause)
             return
         super()._received(seq, payload)
+
+    def read_lane(self) -> int:
+        """`SharedMemoryTransport.read_lane`: the rows after the record go into the batch."""
+        messages, ended = self._inbox.read(self._done)
+        if len(messages) == 1 and not ended:
+            seq, payload = messages[0]
+            if seq == self._seq and is_record(payload):
+                code = code_of(*RECORD.unpack_from(payload))
+                if code >= 0:
+                    try:
+                        tail = split_tail(payload)
+                        if len(tail):
+                            unpack_rows(tail, self._targets)
+                    except Exception:  # (`settle` has `_received` say what is wrong)
+                        code = OTHER
+                    if code >= 0:
+                        self._answered = seq
+                        if self._waiting:
+                            self._settle_lane(seq, code)
+                        return code
+        elif not messages and not ended:
+            return NOTHING
+        self._unsettled = (messages, ended)
+        return OTHER
 
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
         """Have the worker send numeric infos as columns, copied into the driver's columns."""

@@ -1,0 +1,219 @@
+"""The full step on the workers' lanes: no ticket, outcome or pickle while all is well.
+
+A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
+follow the messages). `Lanes.launch` writes the actions into the rows and rings each worker's
+doorbell, keeping only the sequence numbers (`LaneStep`); `Lanes.wait` reads each answer as a
+16-byte record (`status.code_of`: the info columns written, whether old gym's API) and hands
+the batch out of the store. Interrupts are held back from the first doorbell to the last
+answer, and let through only while ``poll`` blocks, where nothing is half read.
+
+Nothing needs undoing when a step is given up (a Ctrl-C): its replies come with no ticket
+waiting for them and are dropped. Anything but an answer of everything in place (an env
+error, a death, infos off the columns), a timeout, or a close hands the step to the slow path
+(`Calls`): its `Call.tickets` are made then (`LaneStep.tickets`), each settled by its reply,
+read already or still to come, so the slow path finds the step as if it had sent it. The only
+reply taken on the lanes that is not a record is one with its rows in place and an info dict
+per env (SB3's layout), which has no columns (`REPLY`).
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+import numpy as np
+
+from ray_multiprocess_env._engine.call_state import Call
+from ray_multiprocess_env._engine.interrupts import DEFERRED
+from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.store import BatchStore
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
+from ray_multiprocess_env._engine.transports.pipes import outcome_of_code
+from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
+from ray_multiprocess_env._protocol.status import reply_of_code
+
+__all__ = ["REPLY", "Lane", "LaneStep", "Lanes", "all_hot"]
+
+#: A `LaneStep` code: the worker's reply, not a record, is in `LaneStep.outcomes`.
+REPLY = -3
+
+
+def all_hot(transports: list[Any]) -> bool:
+    """Whether every one of `transports` is hot, and was working when last looked at."""
+    return all(transport.hot and not transport.broken for transport in transports)
+
+
+class Lane:
+    """One worker's lane: its transport, and what a step of all of its envs needs."""
+
+    __slots__ = ("envs", "generation", "start", "stop", "transport", "worker")
+
+    def __init__(self, worker: Any) -> None:
+        self.worker, self.generation, self.envs = worker.index, worker.generation, worker.envs
+        self.transport: Any = worker.transport
+        self.start, self.stop = worker.envs.start, worker.envs.stop
+
+
+class LaneStep:
+    """A step of every env rung on the `lanes` with no ticket (see the module docstring).
+
+    `codes` holds each worker's answer as read (`status.code_of`; `NOTHING` until then,
+    `OTHER` for a reply left to its transport's `settle`, `REPLY` for one in `outcomes`);
+    `left` counts those not in.
+    """
+
+    __slots__ = ("_made", "chunks", "codes", "lanes", "left", "outcomes", "seqs")
+
+    def __init__(self, lanes: list[Lane], chunks: list[np.ndarray], seqs: list[int]) -> None:
+        self.lanes, self.chunks, self.seqs = lanes, chunks, seqs
+        self.codes = [NOTHING] * len(lanes)
+        self.outcomes: list[Outcome | None] = [None] * len(lanes)
+        self.left = len(lanes)
+        self._made: list[Ticket] | None = None
+
+    @property
+    def made(self) -> bool:
+        """Whether the tickets were made: the step is the slow path's from then on."""
+        return self._made is not None
+
+    def tickets(self) -> list[Ticket]:
+        """A ticket per worker, each settled by its answer (read already, left, or to come)."""
+        made = self._made
+        if made is None:
+            with DEFERRED:  # (adopted by their transports and kept, or neither)
+                made = []
+                for lane, chunk, seq, code, outcome in zip(
+                    self.lanes, self.chunks, self.seqs, self.codes, self.outcomes, strict=True
+                ):
+                    ticket = Ticket(
+                        lane.worker, lane.generation, "step", (chunk, None), lane.envs, True
+                    )
+                    if code >= 0:  # (read as the lane's: settled here)
+                        ticket.transport, ticket.handle = lane.transport, seq
+                        ticket.outcome = outcome_of_code(code)
+                    elif code == REPLY:
+                        ticket.transport, ticket.handle = lane.transport, seq
+                        ticket.outcome = outcome
+                    else:
+                        lane.transport.adopt(ticket, seq)
+                    made.append(ticket)
+                self._made = made
+        for lane, code in zip(self.lanes, self.codes, strict=True):
+            if code == OTHER:
+                lane.transport.settle()  # (nothing once done: safe to run again)
+        return made
+
+
+class Lanes:
+    """The full step of one engine's workers on their lanes (see the module docstring)."""
+
+    def __init__(self, pool: Pool, store: BatchStore) -> None:
+        self._pool, self._store = pool, store
+        self._lanes: list[Lane] = []  # every worker's, while all are hot
+        self._poller: tuple[Any, dict[int, int]] = (None, {})  # their pipes: fd -> lane
+
+    def _now(self) -> list[Lane] | None:
+        """Every worker's lane, if each is on a hot transport that worked when it came."""
+        lanes, workers = self._lanes, self._pool.workers
+        if len(lanes) == len(workers):
+            for lane, worker in zip(lanes, workers, strict=True):  # (by identity: replaced?)
+                if lane.transport is not worker.transport:
+                    break
+            else:
+                return lanes
+        if not all_hot([worker.transport for worker in workers]):
+            return None
+        self._lanes = lanes = [Lane(worker) for worker in workers]
+        poller, by_fd = select.poll(), {}
+        for i, lane in enumerate(lanes):
+            by_fd[lane.transport.fileno()] = i
+            poller.register(lane.transport.fileno(), select.POLLIN)
+        self._poller = (poller, by_fd)
+        return lanes
+
+    def launch(self, actions: Any, label: str) -> Call | None:
+        """`Engine`'s step of every env, rung on every lane (None: nothing was sent).
+
+        A Ctrl-C while it rings gives the step up: nothing waits for its replies.
+        """
+        if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
+            return None  # (owed reports: the slow path has them sent again first)
+        lanes = self._now()
+        if lanes is None:
+            return None
+        chunks = []
+        for lane in lanes:
+            chunk = actions[lane.start : lane.stop]
+            if not lane.transport.can_ring(chunk):
+                return None
+            chunks.append(chunk)
+        with DEFERRED:  # every lane rung, or the step given up
+            seqs = [lane.transport.ring(chunk) for lane, chunk in zip(lanes, chunks, strict=True)]
+            return Call("step", label, None, LaneStep(lanes, chunks, seqs))
+
+    def wait(self, call: Call, deadline: float | None) -> Batch | None:
+        """The batch of `call` (a step of every env) once every lane answered in place.
+
+        None when the wait reaches `deadline`, when a reply is anything else, or when `call`
+        is not a lane step the slow path has not taken over: the slow path's to wait for and
+        judge (its tickets are made then). A Ctrl-C while it waits gives the step up.
+        """
+        step = call.lanes
+        if type(step) is not LaneStep or step._made is not None:
+            return None
+        lanes, codes = step.lanes, step.codes
+        poller, by_fd = self._poller
+        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
+            while step.left:
+                if deadline is None:
+                    ready = DEFERRED.poll(poller, None)
+                else:
+                    ready = DEFERRED.poll(poller, int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
+                    if not ready:
+                        return None  # (at `deadline`: the slow path's wait says so)
+                for fd, _ in ready:
+                    i = by_fd[fd]
+                    code = lanes[i].transport.read_lane()
+                    if code >= 0:
+                        codes[i] = code
+                        step.left -= 1
+                    elif code == OTHER and not self._took_reply(step, i):
+                        return None
+        return self._batch(step)
+
+    @staticmethod
+    def _took_reply(step: LaneStep, i: int) -> bool:
+        """Whether lane `i`'s reply, not a record, is still the hot path's (`REPLY`).
+
+        That is a reply that went well with its rows in place and one info dict per env
+        (SB3's layout, whose infos have no columns). Else the reply waits for the slow path
+        (`OTHER`, or in `outcomes`).
+        """
+        outcome = step.lanes[i].transport.take_reply(step.seqs[i])
+        step.codes[i], step.outcomes[i] = OTHER if outcome is None else REPLY, outcome
+        if outcome is None:
+            return False
+        reply = outcome.value if outcome.ok else None
+        if type(reply) is not tuple or reply[0] is not None or type(reply[4]) is not dict:
+            return False
+        step.left -= 1
+        return True
+
+    def _batch(self, step: LaneStep) -> Batch:
+        """The batch of a lane step every worker answered (in `codes`, or `outcomes`).
+
+        Records (batched infos, all in columns) or else `REPLY` s (one info dict per env):
+        a worker sends a record only for infos in gymnasium's layout.
+        """
+        written = 0
+        for code in step.codes:
+            written |= code
+        if written >= 0:  # (every one a record's code)
+            return self._store.whole(written >> 1, bool(written & 1))
+        parts, old_api = [], False
+        for lane, code, outcome in zip(step.lanes, step.codes, step.outcomes, strict=True):
+            reply = reply_of_code(code) if code >= 0 else outcome.value  # type: ignore[union-attr]
+            old_api |= reply[5]
+            parts.append((lane.start, reply[4]))
+        return self._store.batch(parts, old_api)
