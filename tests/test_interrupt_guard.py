@@ -69,6 +69,28 @@ def test_a_ctrl_c_held_back_comes_out_at_the_poll_and_not_again():
         ran.append("next")
 
 
+class _SignallingPoller:
+    """A poller whose `poll` raises two SIGINTs, as if two Ctrl-Cs came while it blocked."""
+
+    def poll(self, timeout: int | None) -> list[tuple[int, int]]:
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        return []
+
+
+def test_a_handler_that_returns_gets_every_ctrl_c_while_the_poll_blocks():
+    """A user's SIGINT handler that does not raise: each SIGINT in `poll` runs it at once."""
+    calls: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    try:
+        with deferred_interrupts():
+            DEFERRED.poll(_SignallingPoller(), 0)
+            assert len(calls) == 2  # (both at once, none held back to the block's end)
+        assert len(calls) == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _held_back(ran: list[str]) -> None:
     with deferred_interrupts():
         signal.raise_signal(signal.SIGINT)

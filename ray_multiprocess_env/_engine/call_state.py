@@ -20,7 +20,7 @@ from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
 
-__all__ = ["Call", "CallState", "Lanes", "State", "T", "as_is", "hand_out"]
+__all__ = ["Call", "CallState", "LazyTickets", "State", "T", "as_is", "hand_out"]
 
 #: What a face makes of a batch (a verb's `finish`).
 T = TypeVar("T")
@@ -42,8 +42,8 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class Lanes(Protocol):
-    """A step the hot path sent with no tickets (`hot_path.LaneStep`)."""
+class LazyTickets(Protocol):
+    """A step sent with no tickets (`lanes.LaneStep`): they are made when needed."""
 
     def tickets(self) -> list[Ticket]:
         """A ticket per worker, made at the first call (the same ones after)."""
@@ -59,9 +59,14 @@ class Call:
     __slots__ = ("_tickets", "label", "lanes", "op")
 
     def __init__(
-        self, op: str, label: str, tickets: list[Ticket] | None, lanes: Lanes | None = None
+        self, op: str, label: str, tickets: list[Ticket] | None, lanes: LazyTickets | None = None
     ) -> None:
         self.op, self.label, self._tickets, self.lanes = op, label, tickets, lanes
+
+    @property
+    def has_tickets(self) -> bool:
+        """Whether its tickets exist (a lane step's are made only when something needs them)."""
+        return self._tickets is not None
 
     @property
     def tickets(self) -> list[Ticket]:
@@ -233,8 +238,6 @@ def hand_out(
     on the way out. Another error from `make` (a face refusing what came back) is raised
     with the tickets taken, as the call's error; the reports stay owed.
     """
-    if not done and not lost_episodes.any:  # (nothing to take out of flight, nothing owed)
-        return make()  # (a Ctrl-C in it drops the result, with nothing to undo)
     taken: list[tuple[Ticket, str]] = []
     owed = None
     try:

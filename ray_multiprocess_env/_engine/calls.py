@@ -242,6 +242,8 @@ class Calls:
 
     def abandon(self, call: Call) -> None:
         """Give `call` up: replies still to come for it are dropped."""
+        if not call.has_tickets:  # (a lane step: nothing waits for its replies already)
+            return
         for ticket in call.tickets:
             if ticket.outcome is None and ticket.transport is not None:
                 ticket.transport.forget(ticket)

@@ -254,7 +254,7 @@ class Engine(StepVerbs):
         Returns:
             What each env's ``seed`` returned, or the seed kept for its next reset.
         """
-        self._state.check_open("seed")
+        self._beside_pending("seed")
         has_seed = self._has("seed")
         args = [(s,) if has else None for s, has in zip(seeds, has_seed, strict=True)]
         returned = self._calls.apply("seed", args, None, "seed") if any(has_seed) else None
@@ -270,7 +270,7 @@ class Engine(StepVerbs):
 
     def node_ids(self) -> tuple[str, ...]:
         """The Ray node id of each env's worker, by env index."""
-        self._state.check_open("node_ids")
+        self._beside_pending("node_ids")
         workers = self._pool.workers
         if any(w.node_id is None for w in workers):
             nodes = self._calls.run("node_id", [()] * len(workers), "node_ids")
@@ -280,7 +280,7 @@ class Engine(StepVerbs):
 
     def run_on_workers(self, op: str) -> list[Any]:
         """Run a worker operation (``pid``, ``node_id``) on every worker: one result each."""
-        self._state.check_open(op)
+        self._beside_pending(op)
         return self._calls.run(op, [()] * len(self._pool.workers), op)
 
     # -- close ----------------------------------------------------------------------------------
@@ -311,6 +311,17 @@ class Engine(StepVerbs):
                 self._workers_here = 0
 
     # -- helpers -----------------------------------------------------------------------------
+    def _beside_pending(self, name: str) -> None:
+        """The checks of a verb `name` that may run while a `step_async` is pending: open.
+
+        A step pending on the lanes has its tickets made first: this verb reads the workers'
+        pipes, and a reply read with no ticket waiting for it would be dropped.
+        """
+        self._state.check_open(name)
+        pending = self._state.pending
+        if pending is not None:
+            pending.tickets  # noqa: B018 - (made now, if not yet)
+
     def _has(self, name: str) -> list[bool]:
         """Whether each env has a method `name` (asked once, then cached)."""
         if name not in self._has_method:

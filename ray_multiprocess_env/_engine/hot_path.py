@@ -52,7 +52,6 @@ class HotPath:
         self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
         self._lists = [w.env_list for w in workers]
         self._ranges = [w.envs for w in workers]
-        self._every_worker = [(w.index, w.envs.start) for w in workers]
         self._transports: list[Any] = []
         # a poller of the pipes of each set of workers waited on (a bit per worker)
         self._pollers: dict[int, tuple[Any, dict[int, HotTransport]]] = {}

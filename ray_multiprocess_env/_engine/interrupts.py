@@ -53,8 +53,11 @@ class _DeferredInterrupts:
 
     def _record(self, signum: int, frame: Any) -> None:
         if self._open:  # (blocked in `poll`, or between the statements around it)
-            self._open = False
-            _deliver(self._previous, signum, frame)
+            try:
+                _deliver(self._previous, signum, frame)  # (a handler that returns: polls on)
+            except BaseException:
+                self._open = False  # (raised out of `poll`, maybe before its `finally`)
+                raise
         else:
             self._received.append((signum, frame))
 

@@ -2,18 +2,20 @@
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
 follow the messages). `Lanes.launch` writes the actions into the rows and rings each worker's
-doorbell, keeping only the sequence numbers (`LaneStep`); `Lanes.wait` reads each answer as a
-16-byte record (`status.code_of`: the info columns written, whether old gym's API) and hands
-the batch out of the store. Interrupts are held back from the first doorbell to the last
-answer, and let through only while ``poll`` blocks, where nothing is half read.
+doorbell, keeping only the sequence numbers (`LaneStep`); `Lanes.wait` reads each answer, a
+16-byte header and a 16-byte record (`status.code_of`: the info columns written, whether old
+gym's API), and hands the batch out of the store. Interrupts are held back from the first
+doorbell to the last answer, and let through only while ``poll`` blocks, where nothing is
+half read.
 
 Nothing needs undoing when a step is given up (a Ctrl-C): its replies come with no ticket
 waiting for them and are dropped. Anything but an answer of everything in place (an env
 error, a death, infos off the columns), a timeout, or a close hands the step to the slow path
 (`Calls`): its `Call.tickets` are made then (`LaneStep.tickets`), each settled by its reply,
-read already or still to come, so the slow path finds the step as if it had sent it. The only
-reply taken on the lanes that is not a record is one with its rows in place and an info dict
-per env (SB3's layout), which has no columns (`REPLY`).
+read already or still to come, so the slow path finds the step as if it had sent it; a verb
+that reads the pipes while a step is pending (`Engine.run_on_workers`, say) makes them first.
+The only reply taken on the lanes that is not a record is one with its rows in place and an
+info dict per env (SB3's layout), which has no columns (`REPLY`).
 """
 
 from __future__ import annotations
@@ -63,19 +65,18 @@ class LaneStep:
     `left` counts those not in.
     """
 
-    __slots__ = ("_made", "chunks", "codes", "lanes", "left", "outcomes", "seqs")
+    __slots__ = ("_made", "by_fd", "chunks", "codes", "lanes", "left", "outcomes", "poller", "seqs")
 
-    def __init__(self, lanes: list[Lane], chunks: list[np.ndarray], seqs: list[int]) -> None:
-        self.lanes, self.chunks, self.seqs = lanes, chunks, seqs
-        self.codes = [NOTHING] * len(lanes)
-        self.outcomes: list[Outcome | None] = [None] * len(lanes)
-        self.left = len(lanes)
+    def __init__(
+        self, found: tuple[list[Lane], Any, dict[int, int]], chunks: list[Any], seqs: list[int]
+    ) -> None:
+        self.lanes, self.poller, self.by_fd = found
+        self.chunks, self.seqs = chunks, seqs
+        count = len(seqs)
+        self.codes = [NOTHING] * count
+        self.outcomes: list[Outcome | None] = [None] * count
+        self.left = count
         self._made: list[Ticket] | None = None
-
-    @property
-    def made(self) -> bool:
-        """Whether the tickets were made: the step is the slow path's from then on."""
-        return self._made is not None
 
     def tickets(self) -> list[Ticket]:
         """A ticket per worker, each settled by its answer (read already, left, or to come)."""
@@ -98,10 +99,10 @@ class LaneStep:
                     else:
                         lane.transport.adopt(ticket, seq)
                     made.append(ticket)
+                for lane, code in zip(self.lanes, self.codes, strict=True):
+                    if code == OTHER:  # (read and left: now that a ticket stands for it)
+                        lane.transport.settle()
                 self._made = made
-        for lane, code in zip(self.lanes, self.codes, strict=True):
-            if code == OTHER:
-                lane.transport.settle()  # (nothing once done: safe to run again)
         return made
 
 
@@ -110,27 +111,28 @@ class Lanes:
 
     def __init__(self, pool: Pool, store: BatchStore) -> None:
         self._pool, self._store = pool, store
-        self._lanes: list[Lane] = []  # every worker's, while all are hot
-        self._poller: tuple[Any, dict[int, int]] = (None, {})  # their pipes: fd -> lane
+        # every worker's lane while all are hot, a poller of their pipes, and fd -> lane
+        self._lanes: tuple[list[Lane], Any, dict[int, int]] = ([], None, {})
 
-    def _now(self) -> list[Lane] | None:
-        """Every worker's lane, if each is on a hot transport that worked when it came."""
-        lanes, workers = self._lanes, self._pool.workers
-        if len(lanes) == len(workers):
-            for lane, worker in zip(lanes, workers, strict=True):  # (by identity: replaced?)
+    def _now(self) -> tuple[list[Lane], Any, dict[int, int]] | None:
+        """Every worker's lane and their poller, if each worker is on a hot transport."""
+        found = self._lanes
+        workers = self._pool.workers
+        if len(found[0]) == len(workers):
+            for lane, worker in zip(found[0], workers, strict=True):  # (by identity: replaced?)
                 if lane.transport is not worker.transport:
                     break
             else:
-                return lanes
+                return found
         if not all_hot([worker.transport for worker in workers]):
             return None
-        self._lanes = lanes = [Lane(worker) for worker in workers]
+        lanes = [Lane(worker) for worker in workers]
         poller, by_fd = select.poll(), {}
         for i, lane in enumerate(lanes):
             by_fd[lane.transport.fileno()] = i
             poller.register(lane.transport.fileno(), select.POLLIN)
-        self._poller = (poller, by_fd)
-        return lanes
+        self._lanes = found = (lanes, poller, by_fd)  # (one attribute: all or nothing)
+        return found
 
     def launch(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env, rung on every lane (None: nothing was sent).
@@ -139,10 +141,10 @@ class Lanes:
         """
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return None  # (owed reports: the slow path has them sent again first)
-        lanes = self._now()
-        if lanes is None:
+        found = self._now()
+        if found is None:
             return None
-        chunks = []
+        lanes, chunks = found[0], []
         for lane in lanes:
             chunk = actions[lane.start : lane.stop]
             if not lane.transport.can_ring(chunk):
@@ -150,7 +152,7 @@ class Lanes:
             chunks.append(chunk)
         with DEFERRED:  # every lane rung, or the step given up
             seqs = [lane.transport.ring(chunk) for lane, chunk in zip(lanes, chunks, strict=True)]
-            return Call("step", label, None, LaneStep(lanes, chunks, seqs))
+            return Call("step", label, None, LaneStep(found, chunks, seqs))
 
     def wait(self, call: Call, deadline: float | None) -> Batch | None:
         """The batch of `call` (a step of every env) once every lane answered in place.
@@ -162,8 +164,7 @@ class Lanes:
         step = call.lanes
         if type(step) is not LaneStep or step._made is not None:
             return None
-        lanes, codes = step.lanes, step.codes
-        poller, by_fd = self._poller
+        lanes, codes, poller, by_fd = step.lanes, step.codes, step.poller, step.by_fd
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             while step.left:
                 if deadline is None:
@@ -174,6 +175,8 @@ class Lanes:
                         return None  # (at `deadline`: the slow path's wait says so)
                 for fd, _ in ready:
                     i = by_fd[fd]
+                    if codes[i] != NOTHING:  # (answered, and readable again: its end, most
+                        return None  # likely; left to the slow path's read, which finds it)
                     code = lanes[i].transport.read_lane()
                     if code >= 0:
                         codes[i] = code

@@ -110,9 +110,9 @@ class Transport(Protocol):
 class HotTransport(Transport, Protocol):
     """A transport that steps all of its worker's envs with a doorbell (`hot_path.HotPath`).
 
-    Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on; `pump` reads
-    what has arrived and settles the tickets, `read_lane` reads the answer to a step sent
-    with no ticket.
+    Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on. The hot path
+    reads them with `read_lane` (a step's answer, as 16 bytes, and the ticket of it, if one
+    waits); the slow path with `pump`, which settles the tickets of whatever has arrived.
     """
 
     broken: bool

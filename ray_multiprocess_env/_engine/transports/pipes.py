@@ -276,8 +276,8 @@ class PipeTransport:
         """Nothing: infos travel in the replies."""
 
     def _break(self) -> None:
+        self._lost = self._death()  # (before `broken`: `adopt` gives it to every new ticket)
         self.broken = True
-        self._lost = self._death()
         self._settle_waiting(self._lost)
         self._outbox.clear()
 
