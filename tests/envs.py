@@ -413,3 +413,17 @@ def bridged_cartpole() -> GymAPIBridge:
 def raising_env_one(index: int) -> RaisingEnv:
     """For `make_vector_env`: env 1 raises on every 7th step; the others never."""
     return RaisingEnv(7 if index == 1 else 0)
+
+
+class BigActionEnv(gym.Env[np.ndarray, np.ndarray]):
+    """An action of 2 MiB; the observation is its first entry plus its last."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
+    action_space = gym.spaces.Box(-1.0, 1.0, shape=(1 << 19,), dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action: np.ndarray):
+        return np.array([action[0] + action[-1]], dtype=np.float32), 0.0, False, False, {}

@@ -1,9 +1,11 @@
 """The full step on the lanes, where the slow path takes it over.
 
 A step on the lanes has no tickets until something needs them (`lanes.LaneStep.tickets`).
-These are the moments when a reply could be read by nobody's ticket: a worker that answered
-and then died while the other still steps, and a verb that reads the workers' pipes while a
-`step_async` is pending. Each must give the step's own results, as the slow path would.
+These are the moments when a reply could be read by nobody's ticket, or a step could wait for
+an answer to a message not all written: a worker that answered and then died while the other
+still steps, a verb that reads the workers' pipes while a `step_async` is pending, and a TCP
+doorbell whose action rows the socket takes only part of. Each must give the step's own
+results, as the slow path would.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import contextlib
 import os
 import select
 import signal
+import socket
 
 import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from tests.envs import FlakyEnv
+from tests.envs import BigActionEnv, FlakyEnv
 from tests.helpers import assert_killed, worker_pids
 from tests.interrupts import Gate
 
@@ -67,3 +70,18 @@ def test_a_verb_that_reads_the_pipes_while_a_step_is_pending_leaves_it_its_repli
         assert obs[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
         envs.set_attr("gate", [None] * 4)
         assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == [2.0] * 4
+
+
+def test_a_tcp_doorbell_the_socket_takes_only_part_of_is_written_in_full():
+    envs = GymnasiumVectorEnv([BigActionEnv] * 4, envs_per_worker=2, transport="tcp", timeout=60)
+    with contextlib.closing(envs):
+        envs.reset()
+        transports = [worker.transport for worker in envs._engine._pool.workers]  # (private)
+        for transport in transports:  # (a copy of the descriptor: the same socket)
+            with socket.socket(fileno=os.dup(transport.write_fileno())) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        actions = np.random.default_rng(0).uniform(-1, 1, (4, 1 << 19)).astype(np.float32)
+        envs.step_async(actions)
+        assert any(transport.wants_write for transport in transports)  # (only part written)
+        obs = envs.step_wait()[0]
+        assert obs[:, 0].tolist() == (actions[:, 0] + actions[:, -1]).tolist()

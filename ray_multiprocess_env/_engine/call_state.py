@@ -45,6 +45,10 @@ class State(enum.Enum):
 class LazyTickets(Protocol):
     """A step sent with no tickets (`lanes.LaneStep`): they are made when needed."""
 
+    @property
+    def made(self) -> bool:
+        """Whether `tickets` made them already."""
+
     def tickets(self) -> list[Ticket]:
         """A ticket per worker, made at the first call (the same ones after)."""
 
@@ -66,7 +70,7 @@ class Call:
     @property
     def has_tickets(self) -> bool:
         """Whether its tickets exist (a lane step's are made only when something needs them)."""
-        return self._tickets is not None
+        return self._tickets is not None or (self.lanes is not None and self.lanes.made)
 
     @property
     def tickets(self) -> list[Ticket]:

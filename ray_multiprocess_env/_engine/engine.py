@@ -270,9 +270,10 @@ class Engine(StepVerbs):
 
     def node_ids(self) -> tuple[str, ...]:
         """The Ray node id of each env's worker, by env index."""
-        self._beside_pending("node_ids")
+        self._state.check_open("node_ids")
         workers = self._pool.workers
         if any(w.node_id is None for w in workers):
+            self._beside_pending("node_ids")
             nodes = self._calls.run("node_id", [()] * len(workers), "node_ids")
             for worker, node in zip(workers, nodes, strict=True):
                 worker.node_id = node

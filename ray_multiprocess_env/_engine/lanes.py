@@ -10,12 +10,13 @@ half read.
 
 Nothing needs undoing when a step is given up (a Ctrl-C): its replies come with no ticket
 waiting for them and are dropped. Anything but an answer of everything in place (an env
-error, a death, infos off the columns), a timeout, or a close hands the step to the slow path
-(`Calls`): its `Call.tickets` are made then (`LaneStep.tickets`), each settled by its reply,
-read already or still to come, so the slow path finds the step as if it had sent it; a verb
-that reads the pipes while a step is pending (`Engine.run_on_workers`, say) makes them first.
-The only reply taken on the lanes that is not a record is one with its rows in place and an
-info dict per env (SB3's layout), which has no columns (`REPLY`).
+error, a death, infos off the columns), a timeout, a doorbell the socket took only part of
+(TCP's, with its action rows), or a close hands the step to the slow path (`Calls`): its
+`Call.tickets` are made then (`LaneStep.tickets`), each settled by its reply, read already or
+still to come, so the slow path finds the step as if it had sent it. A verb that reads the
+pipes while a step is pending (`Engine.run_on_workers`, say) makes them first. The only reply
+taken on the lanes that is not a record is one with its rows in place and an info dict per
+env (SB3's layout), which has no columns (`REPLY`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ class LaneStep:
         self.outcomes: list[Outcome | None] = [None] * count
         self.left = count
         self._made: list[Ticket] | None = None
+
+    @property
+    def made(self) -> bool:
+        """Whether the tickets were made: the step is the slow path's from then on."""
+        return self._made is not None
 
     def tickets(self) -> list[Ticket]:
         """A ticket per worker, each settled by its answer (read already, left, or to come)."""
@@ -152,7 +158,11 @@ class Lanes:
             chunks.append(chunk)
         with DEFERRED:  # every lane rung, or the step given up
             seqs = [lane.transport.ring(chunk) for lane, chunk in zip(lanes, chunks, strict=True)]
-            return Call("step", label, None, LaneStep(found, chunks, seqs))
+            step = LaneStep(found, chunks, seqs)
+            for lane in lanes:
+                if lane.transport.wants_write:  # (a doorbell not all written: TCP's rows)
+                    step.tickets()  # (the slow path's wait writes the rest)
+            return Call("step", label, None, step)
 
     def wait(self, call: Call, deadline: float | None) -> Batch | None:
         """The batch of `call` (a step of every env) once every lane answered in place.

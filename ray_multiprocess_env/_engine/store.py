@@ -274,12 +274,7 @@ class BatchStore:
             size, env_rows = len(env_ids), _rows_map(env_ids, self.num_envs)
         infos = self._infos(list(parts), size, envs, env_rows)
         if env_ids is None:
-            if self._obs_list is None:
-                observations, shared = self.observations, True
-            else:
-                observations, shared = stack(self._space, self._obs_list), False
-            arrays = (self.rewards, self.terminations, self.truncations)
-            return Batch(observations, *arrays, infos, None, old_api, shared)
+            return self._every_env(infos, old_api)
         rows = env_ids.tolist()
         if self._obs_list is None:
             observations = take(self._space, self.observations, rows)
@@ -297,7 +292,10 @@ class BatchStore:
         plan = self._plans.get(written)
         if plan is None:
             plan = self._plans[written] = plan_copies(self.columns, written)
-        infos = copy_infos(plan)
+        return self._every_env(copy_infos(plan), old_api)
+
+    def _every_env(self, infos: Any, old_api: bool) -> Batch:
+        """The batch of every env with these `infos`: the store's own arrays (views)."""
         if self._obs_list is None:
             observations, shared = self.observations, True
         else:

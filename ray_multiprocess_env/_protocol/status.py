@@ -5,11 +5,11 @@ the message over a TCP stream) needs no arguments, and a worker whose envs all a
 with their rows written and every info in its column, has nothing to say but which columns it
 wrote and whether an env spoke old gym's API. Both then travel as one `RECORD` in place of a
 pickle: the driver rings with `DOORBELL` (the worker reads it with `operation`), the worker
-answers with `answer` (the driver reads it with `code_of`, and `reply_of_code` is the reply it
-stands for). Everything else (an env error, infos
-off the columns, any other operation) is a pickled message as before. The two never mix up: a
-pickle (protocol 2 and later) starts with byte 0x80, a record with byte 0. Over a TCP stream the
-rows follow a record as they follow a pickle.
+answers with `answer` (the driver reads it with `code_of`; `reply_of_code` is the reply it
+stands for). Everything else (an env error, infos off the columns, any other operation) is a
+pickled message as before. The two never mix up: a pickle (protocol 2 and later) starts with
+byte 0x80, a record with byte 0. Over a TCP stream the rows follow a record as they follow a
+pickle.
 
 Both ends import this module; it imports nothing of the driver side.
 """
@@ -81,7 +81,7 @@ def code_of(tag: int, kind: int, columns: int) -> int:
 
 
 def reply_of_code(code: int) -> tuple[Any, Any, Any, Any, Any, bool]:
-    """The reply an answer's `code_of` stands for (as `reply` of its record)."""
+    """The reply an answer of this `code_of` stands for: nothing but the columns written."""
     return None, None, None, None, (None, code >> 1), bool(code & 1)
 
 

@@ -209,6 +209,8 @@ class PipeTransport:
 
     def pump(self) -> None:
         """Read what has arrived and settle the tickets whose whole reply is in."""
+        if self._unsettled is not None:  # (read by a lane step given up before its tickets)
+            self.settle()
         with DEFERRED:  # from the kernel's buffer to the outcomes in one go
             messages, ended = self._inbox.read(self._done)
             for seq, payload in messages:

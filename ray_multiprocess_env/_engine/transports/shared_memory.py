@@ -154,7 +154,7 @@ class SharedMemoryTransport(PipeTransport):
             return NOTHING
         except OSError:  # (as its end)
             count = 0
-        if count == FRAMED_RECORD.size and inbox.empty:
+        if count == FRAMED_RECORD.size and inbox.empty and self._unsettled is None:
             seq, size, head, columns = FRAMED_RECORD.unpack_from(scratch)
             old_api = ANSWERS.get(head)
             if old_api is not None and seq == self._seq and size == RECORD.size:
@@ -166,8 +166,15 @@ class SharedMemoryTransport(PipeTransport):
         messages = inbox.feed(memoryview(scratch)[:count])
         if not messages and count:
             return NOTHING  # (part of a message)
-        self._unsettled = (messages, not count)
+        self._leave(messages, not count)
         return OTHER
+
+    def _leave(self, messages: list[tuple[int, bytes]], ended: bool) -> None:
+        """Keep what `read_lane` read but does not take for `settle` (after what waits already)."""
+        left = self._unsettled
+        if left is not None:  # (from a lane step given up before its tickets were made)
+            messages, ended = left[0] + messages, left[1] or ended
+        self._unsettled = (messages, ended)
 
     def _settle_lane(self, seq: int, code: int) -> None:
         """Give the ticket of `seq` (if one waits) the outcome of the answer `code`."""

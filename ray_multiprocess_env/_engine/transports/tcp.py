@@ -207,7 +207,7 @@ class TcpTransport(SharedMemoryTransport):
     def read_lane(self) -> int:
         """`SharedMemoryTransport.read_lane`: the rows after the record go into the batch."""
         messages, ended = self._inbox.read(self._done)
-        if len(messages) == 1 and not ended:
+        if len(messages) == 1 and not ended and self._unsettled is None:
             seq, payload = messages[0]
             if seq == self._seq and is_record(payload):
                 code = code_of(*RECORD.unpack_from(payload))
@@ -225,7 +225,7 @@ class TcpTransport(SharedMemoryTransport):
                         return code
         elif not messages and not ended:
             return NOTHING
-        self._unsettled = (messages, ended)
+        self._leave(messages, ended)
         return OTHER
 
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
