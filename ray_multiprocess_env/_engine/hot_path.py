@@ -26,12 +26,16 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call, CallState, State, hand_out
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import all_hot
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import HotTransport, Ticket, remaining
+from ray_multiprocess_env._engine.transports.base import (
+    HotTransport,
+    Ticket,
+    all_hot,
+    timeout_ms,
+)
 from ray_multiprocess_env._engine.transports.shared_memory import OTHER
 
 __all__ = ["HotPath", "NotHot"]
@@ -264,12 +268,9 @@ class HotPath:
                         envs_in += len(ticket.envs)
                 if envs_in >= min_envs or settled == count:
                     return True
-                if deadline is None:
-                    ready = DEFERRED.poll(poller, None)
-                else:
-                    ready = DEFERRED.poll(poller, int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
-                    if not ready:
-                        return False
+                ready = DEFERRED.poll(poller, timeout_ms(deadline))
+                if not ready:
+                    return False  # (at `deadline`)
                 for fd, _ in ready:
                     transport = by_fd[fd]
                     if transport.read_lane() == OTHER and not transport.settle():

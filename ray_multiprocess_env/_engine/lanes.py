@@ -31,20 +31,15 @@ from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, all_hot, timeout_ms
 from ray_multiprocess_env._engine.transports.pipes import outcome_of_code
 from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import reply_of_code
 
-__all__ = ["REPLY", "Lane", "LaneStep", "Lanes", "all_hot"]
+__all__ = ["REPLY", "Lane", "LaneStep", "Lanes"]
 
 #: A `LaneStep` code: the worker's reply, not a record, is in `LaneStep.outcomes`.
 REPLY = -3
-
-
-def all_hot(transports: list[Any]) -> bool:
-    """Whether every one of `transports` is hot, and was working when last looked at."""
-    return all(transport.hot and not transport.broken for transport in transports)
 
 
 class Lane:
@@ -96,12 +91,9 @@ class LaneStep:
                     ticket = Ticket(
                         lane.worker, lane.generation, "step", (chunk, None), lane.envs, True
                     )
-                    if code >= 0:  # (read as the lane's: settled here)
+                    if code >= 0 or code == REPLY:  # (read as the lane's: settled here)
                         ticket.transport, ticket.handle = lane.transport, seq
-                        ticket.outcome = outcome_of_code(code)
-                    elif code == REPLY:
-                        ticket.transport, ticket.handle = lane.transport, seq
-                        ticket.outcome = outcome
+                        ticket.outcome = outcome if code == REPLY else outcome_of_code(code)
                     else:
                         lane.transport.adopt(ticket, seq)
                     made.append(ticket)
@@ -177,12 +169,9 @@ class Lanes:
         lanes, codes, poller, by_fd = step.lanes, step.codes, step.poller, step.by_fd
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             while step.left:
-                if deadline is None:
-                    ready = DEFERRED.poll(poller, None)
-                else:
-                    ready = DEFERRED.poll(poller, int(remaining(deadline) * 1000) + 1)  # type: ignore[operator]
-                    if not ready:
-                        return None  # (at `deadline`: the slow path's wait says so)
+                ready = DEFERRED.poll(poller, timeout_ms(deadline))
+                if not ready:
+                    return None  # (at `deadline`: the slow path's wait says so)
                 for fd, _ in ready:
                     i = by_fd[fd]
                     if codes[i] != NOTHING:  # (answered, and readable again: its end, most

@@ -75,9 +75,8 @@ def code_of(tag: int, kind: int, columns: int) -> int:
 
     The driver's hot path keeps this in place of a reply (`reply_of_code` makes the reply).
     """
-    if tag != _TAG or (kind != _OK and kind != _OK_OLD_API):
-        return -1
-    return columns << 1 | (kind == _OK_OLD_API)
+    old_api = ANSWERS.get(tag | kind << 8)
+    return -1 if old_api is None else columns << 1 | old_api
 
 
 def reply_of_code(code: int) -> tuple[Any, Any, Any, Any, Any, bool]:

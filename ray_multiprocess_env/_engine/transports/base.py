@@ -22,7 +22,16 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["HotTransport", "Outcome", "Ticket", "Transport", "Waiter", "remaining"]
+__all__ = [
+    "HotTransport",
+    "Outcome",
+    "Ticket",
+    "Transport",
+    "Waiter",
+    "all_hot",
+    "remaining",
+    "timeout_ms",
+]
 
 
 class Outcome(NamedTuple):
@@ -161,6 +170,17 @@ def remaining(deadline: float | None) -> float | None:
     if deadline is None:
         return None
     return min(max(0.0, deadline - time.monotonic()), _LONGEST_WAIT_S)
+
+
+def timeout_ms(deadline: float | None) -> int | None:
+    """What ``poll`` waits until `deadline`, in whole ms rounded up (None: no deadline)."""
+    left = remaining(deadline)
+    return None if left is None else int(left * 1000) + 1
+
+
+def all_hot(transports: Sequence[Any]) -> bool:
+    """Whether every one of `transports` is hot, and was working when last looked at."""
+    return all(transport.hot and not transport.broken for transport in transports)
 
 
 def deadline_in(seconds: float | None) -> float | None:

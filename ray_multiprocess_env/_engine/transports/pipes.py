@@ -213,9 +213,7 @@ class PipeTransport:
             self.settle()
         with DEFERRED:  # from the kernel's buffer to the outcomes in one go
             messages, ended = self._inbox.read(self._done)
-            for seq, payload in messages:
-                self._answered = seq
-                self._received(seq, payload)
+            self._settle_messages(messages)
         if ended:
             self._break()  # outside the deferral: asking Ray why may take a moment
 
@@ -260,10 +258,14 @@ class PipeTransport:
             if unsettled is None:
                 return True
             messages, ended = unsettled
-            for seq, payload in messages:
-                self._answered = seq
-                self._received(seq, payload)
+            self._settle_messages(messages)
         return not ended
+
+    def _settle_messages(self, messages: list[tuple[int, bytes]]) -> None:
+        """Settle the tickets of these whole replies, in order (interrupts held back)."""
+        for seq, payload in messages:
+            self._answered = seq
+            self._received(seq, payload)
 
     def _received(self, seq: int, payload: bytes) -> None:
         ticket = self._waiting.pop(seq, None)
