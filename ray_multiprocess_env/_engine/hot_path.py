@@ -268,7 +268,7 @@ class HotPath:
                         envs_in += len(ticket.envs)
                 if envs_in >= min_envs or settled == count:
                     return True
-                ready = DEFERRED.poll(poller, timeout_ms(deadline))
+                ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
                 if not ready:
                     return False  # (at `deadline`)
                 for fd, _ in ready:

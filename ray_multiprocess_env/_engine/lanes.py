@@ -169,7 +169,7 @@ class Lanes:
         lanes, codes, poller, by_fd = step.lanes, step.codes, step.poller, step.by_fd
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             while step.left:
-                ready = DEFERRED.poll(poller, timeout_ms(deadline))
+                ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
                 if not ready:
                     return None  # (at `deadline`: the slow path's wait says so)
                 for fd, _ in ready:
