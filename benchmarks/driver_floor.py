@@ -2,7 +2,7 @@
 
 Run by hand from the repository root, on a machine with nothing else running:
 
-    python -m benchmarks.driver_floor [--env CartPole-v1] [--k 8] [--rounds 200]
+    python -m benchmarks.driver_floor [--env CartPole-v1] [--k 8] [--rounds 200] [--functions 0]
 
 One `make_vector_env` of 2 workers x `k` envs on shared memory is stepped three ways, taking
 turns every 20 steps (so the machine's drift falls on all alike):
@@ -17,7 +17,8 @@ turns every 20 steps (so the machine's drift falls on all alike):
 
 The bare loop keeps the transports' sequence numbers in step, so the library's calls go on
 working between turns. It also counts the Python bytecodes the face and the engine run per step
-(a tracer on a separate run of steps: counting slows them down, so it is not timed).
+(a tracer on a separate run of steps: counting slows them down, so it is not timed); with
+``--functions N`` it lists the N functions that run the most of the face's.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
             name: {"cpu_us": cpu[name] / steps * 1e6, "rate": 2 * k * steps / wall[name]}
             for name in loops
         }
-        out["bytecodes"] = {name: _bytecodes(loop) for name, loop in loops.items()}
+        counted = {name: _bytecodes(loop) for name, loop in loops.items()}
+        out["bytecodes"] = {name: sum(by.values()) for name, by in counted.items()}
+        out["functions"] = counted["face"]
         return out
     finally:
         env.close()
@@ -125,15 +128,16 @@ def _bare(engine: Any, actions: list[Any]) -> Any:
     return loop
 
 
-def _bytecodes(loop: Any, steps: int = 100) -> float:
-    """Python bytecodes run per step by `loop` (a tracer counts them)."""
+def _bytecodes(loop: Any, steps: int = 100) -> dict[str, float]:
+    """Python bytecodes run per step by `loop`, by function (a tracer counts them)."""
     count = collections.Counter[str]()
 
     def trace(frame: Any, event: str, arg: Any) -> Any:
         if event == "call":
             frame.f_trace_opcodes = True
         elif event == "opcode":
-            count["ops"] += 1
+            code = frame.f_code
+            count[f"{code.co_qualname} ({os.path.basename(code.co_filename)})"] += 1
         return trace
 
     sys.settrace(trace)
@@ -141,7 +145,7 @@ def _bytecodes(loop: Any, steps: int = 100) -> float:
         loop(steps, 0)
     finally:
         sys.settrace(None)
-    return count["ops"] / steps
+    return {name: ops / steps for name, ops in count.items()}
 
 
 def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
@@ -167,6 +171,7 @@ def main() -> None:
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--functions", type=int, default=0, help="list the face's top N")
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
@@ -174,6 +179,11 @@ def main() -> None:
     finally:
         ray.shutdown()
     print("\n".join(table(args.env, args.k, result)))
+    if args.functions:
+        print("\n| the face's step, by function | bytecodes per step |\n|---|---:|")
+        top = sorted(result["functions"].items(), key=lambda item: -item[1])[: args.functions]
+        for name, ops in top:
+            print(f"| `{name}` | {ops:,.0f} |")
 
 
 if __name__ == "__main__":
