@@ -427,3 +427,37 @@ class BigActionEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def step(self, action: np.ndarray):
         return np.array([action[0] + action[-1]], dtype=np.float32), 0.0, False, False, {}
+
+
+class FaultyShiftingEnv(ShiftingInfoEnv):
+    """A `ShiftingInfoEnv` with faults the caller picks.
+
+    Action 2: the step raises ValueError. Action 3: the worker process dies (``os._exit``),
+    unless this env was just built (a restart sends the step again, to a new env: it steps).
+    With ``gate`` set (a `tests.interrupts.Gate`'s folder), its next step or reset, whichever
+    comes first (an autoreset is a reset), waits at that gate first.
+    """
+
+    action_space = gym.spaces.Discrete(4)
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.gate: str | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._pass_gate()
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: int):
+        self._pass_gate()
+        self.taken += 1
+        if action == 2:
+            raise ValueError(f"boom at t={self.t}")
+        if action == 3 and self.taken > 1:
+            os._exit(1)
+        return super().step(action)
+
+    def _pass_gate(self) -> None:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            wait_at_gate(gate)

@@ -1,4 +1,6 @@
-"""Ctrl-C at a chosen moment: at a chosen line of the library, or once a worker is inside a step.
+"""Ctrl-C at a chosen moment: at a line of the library, or once a worker is inside a step.
+
+`interrupt_inside` waits for both: a step inside its gate and the main thread inside a call.
 
 A real SIGINT is raised in this process when the main thread reaches the chosen line; Python
 runs its handler at the next bytecode boundary where it checks for signals, exactly as for a
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
 
-__all__ = ["Gate", "interrupt_at_line", "lines_of", "wait_at_gate"]
+__all__ = ["Gate", "interrupt_at_line", "interrupt_inside", "lines_of", "wait_at_gate"]
 
 
 def lines_of(function: Callable[..., Any]) -> list[int]:
@@ -104,6 +106,41 @@ class Gate:
         finally:
             done.set()
             thread.join(timeout=60)
+
+
+@contextlib.contextmanager
+def interrupt_inside(function: Callable[..., Any], gate: Gate, count: int = 1) -> Iterator[None]:
+    """Send SIGINT to the main thread once it runs `function` and `count` steps are in `gate`.
+
+    For a call that cannot return before the gate opens (it waits for a step inside the gate):
+    the Ctrl-C then lands inside `function`, wherever the main thread is in it.
+    """
+    main = threading.main_thread().ident
+    assert main is not None
+    code: CodeType = function.__code__
+    done = threading.Event()
+
+    def inside() -> bool:
+        frame = sys._current_frames().get(main)
+        while frame is not None and frame.f_code is not code:
+            frame = frame.f_back
+        return frame is not None
+
+    def interrupt() -> None:
+        gate.wait_entered(count)
+        ends = time.monotonic() + 60.0
+        while not inside() and not done.is_set() and time.monotonic() < ends:
+            time.sleep(0.001)
+        if not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=60)
 
 
 def wait_at_gate(folder: str) -> None:

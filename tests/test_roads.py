@@ -8,23 +8,43 @@ workers, infos that fit their columns) and the slow path the rest; over ``"pipe"
 in shared memory. Each env's action depends only on how many it was given, so each env's own
 history (what every call handed back for it) must be the same whatever the transport and in
 whatever order `recv` returned the envs.
+
+The same mix with faults: some steps make one env raise (it is rebuilt), kill one worker (it
+is restarted within the call), or wait at a gate while a real SIGINT lands inside the call
+(`step` and `step_wait` give the step up; `recv` leaves its results for the next `recv`), or
+both: one worker dies while the other's envs wait at the gate (the SIGINT lands wherever the
+call is then, most often before it has seen the death), and the lost episodes' reports must
+still come, once, at a later step.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+import functools
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from tests.envs import ShiftingInfoEnv
+from ray_multiprocess_env._engine.step_verbs import StepVerbs
+from tests.envs import FaultyShiftingEnv, ShiftingInfoEnv
 from tests.helpers import assert_same, transport_kinds
+from tests.interrupts import Gate, interrupt_inside
 
 NUM_ENVS, CALLS = 6, 60
 KINDS = {"auto": "shared_memory", "tcp": "tcp", "pipe": "pipe", "ray": "ray"}
 VERBS = ("step", "step_async", "reset", "send_all", "send_scattered", "get_attr")
+# each step's or send's fault, and its chance
+FAULTS = {"none": 0.55, "error": 0.2, "death": 0.07, "interrupt": 0.1, "both": 0.08}
+ERROR, DEATH = 2, 3  # (`FaultyShiftingEnv`'s actions)
+
+
+class Fault(NamedTuple):
+    actions: dict[int, int]  # env: ERROR or DEATH
+    gate: Gate | None  # where an "interrupt" (or "both") waits
 
 
 def _info(infos: dict[str, Any], row: int) -> dict[str, Any]:
@@ -37,63 +57,121 @@ def _info(infos: dict[str, Any], row: int) -> dict[str, Any]:
     return out
 
 
-def _history(transport: str, seed: int) -> dict[int, tuple[Any, ...]]:
-    """Each env's history over a random mix of `CALLS` calls (the mix drawn from `seed`)."""
-    rng, sizes = np.random.default_rng(seed), np.random.default_rng(seed + 1000)
-    given = np.zeros(NUM_ENVS, dtype=np.int64)  # actions each env has been given
-    history: dict[int, list[Any]] = {env: [] for env in range(NUM_ENVS)}
+class _Mix:
+    """One run of the seeded mix over `transport`; `history` holds each env's results.
 
-    def actions(envs: list[int]) -> np.ndarray:
-        picked = np.array([(env + given[env]) % 2 for env in envs], dtype=np.int64)
-        given[envs] += 1
-        return picked
+    With `gates` (a folder for the gates), the envs are `FaultyShiftingEnv`s and each step or
+    send may carry a fault. Whatever is drawn from `rng` never depends on what the envs gave.
+    """
 
-    def record(kind: str, out: tuple[Any, ...], ids: list[int]) -> None:
+    def __init__(self, transport: str, seed: int, gates: Path | None) -> None:
+        self.transport, self.gates = transport, gates
+        self.rng, self.sizes = np.random.default_rng(seed), np.random.default_rng(seed + 1000)
+        self.given = np.zeros(NUM_ENVS, dtype=np.int64)  # actions each env has been given
+        self.history: dict[int, list[Any]] = {env: [] for env in range(NUM_ENVS)}
+        faulty = {"on_env_error": "restart", "on_actor_failure": "restart"}
+        self.envs = GymnasiumVectorEnv(
+            [ShiftingInfoEnv if gates is None else FaultyShiftingEnv] * NUM_ENVS,
+            envs_per_worker=3,
+            transport=transport,
+            **({} if gates is None else faulty),
+        )
+
+    def run(self) -> dict[int, tuple[Any, ...]]:
+        every = list(range(NUM_ENVS))
+        with contextlib.closing(self.envs) as envs:
+            assert transport_kinds(envs) == [KINDS[self.transport]] * 2
+            self.record("reset", envs.reset(seed=every), every)
+            for _ in range(CALLS):
+                verb = VERBS[self.rng.integers(len(VERBS))]
+                if verb in ("step", "step_async"):
+                    self.step(verb == "step_async")
+                elif verb == "reset":
+                    self.reset()
+                elif verb == "get_attr":
+                    for env, t in enumerate(envs.get_attr("t")):
+                        self.history[env].append(("t", t))
+                else:
+                    self.send_and_recv(verb == "send_all")
+        return {env: tuple(items) for env, items in self.history.items()}
+
+    def fault(self) -> Fault:
+        """The fault of a step or send: the envs it hits, and its gate (none without gates)."""
+        if self.gates is None:
+            return Fault({}, None)
+        kind = list(FAULTS)[self.rng.choice(len(FAULTS), p=list(FAULTS.values()))]
+        env = int(self.rng.integers(NUM_ENVS))
+        if kind in ("none", "error", "death"):
+            return Fault({} if kind == "none" else {env: ERROR if kind == "error" else DEATH}, None)
+        folder = self.gates / f"{self.transport}-{len(os.listdir(self.gates))}"
+        folder.mkdir()  # (a gate of its own for this call, where the worker of `env` waits:
+        # each of its envs at its next step or reset; "both": while the other worker dies)
+        gated = {i: str(folder) if i // 3 == env // 3 else None for i in range(NUM_ENVS)}
+        self.envs.set_attr("gate", list(gated.values()))
+        return Fault({(env + 3) % NUM_ENVS: DEATH} if kind == "both" else {}, Gate(str(folder)))
+
+    def actions(self, ids: list[int], fault: Fault) -> np.ndarray:
+        picked = [fault.actions.get(env, (env + self.given[env]) % 2) for env in ids]
+        self.given[ids] += 1
+        return np.array(picked, dtype=np.int64)
+
+    def record(self, kind: str, out: tuple[Any, ...], ids: list[int]) -> None:
         obs, infos = out[0], out[-1]
         for row, env in enumerate(ids):
             flags = [out[k][row].item() for k in range(1, len(out) - 1)]
-            history[env].append((kind, obs[row].copy(), flags, _info(infos, row)))
+            self.history[env].append((kind, obs[row].copy(), flags, _info(infos, row)))
 
-    every = list(range(NUM_ENVS))
-    with contextlib.closing(
-        GymnasiumVectorEnv([ShiftingInfoEnv] * NUM_ENVS, envs_per_worker=3, transport=transport)
-    ) as envs:
-        assert transport_kinds(envs) == [KINDS[transport]] * 2
-        record("reset", envs.reset(seed=list(range(NUM_ENVS))), every)
-        for _ in range(CALLS):
-            verb = VERBS[rng.integers(len(VERBS))]
-            if verb == "step":
-                record(verb, envs.step(actions(every)), every)
-            elif verb == "step_async":
-                envs.step_async(actions(every))
-                record(verb, envs.step_wait(), every)
-            elif verb == "reset":
-                mask = rng.random(NUM_ENVS) < 0.5
-                mask[rng.integers(NUM_ENVS)] = True  # (at least one env)
-                seeds = [int(s) for s in rng.integers(1000, size=NUM_ENVS)]
-                out = envs.reset(seed=seeds, options={"reset_mask": mask})
-                ids = np.flatnonzero(mask).tolist()
-                record(verb, (out[0][mask], {k: _rows(v, mask) for k, v in out[1].items()}), ids)
-            elif verb == "get_attr":
-                for env, t in enumerate(envs.get_attr("t")):
-                    history[env].append(("t", t))
-            else:
-                if verb == "send_all":  # whole workers, in two sends
-                    groups = [[0, 1, 2], [3, 4, 5]]
-                else:  # scattered envs: some of each worker's
-                    order = rng.permutation(NUM_ENVS).tolist()
-                    cut = int(rng.integers(1, NUM_ENVS))
-                    groups = [sorted(order[:cut]), sorted(order[cut:])]
-                for group in groups:
-                    envs.send(actions(group), group)
-                waiting = set(every)
-                while waiting:  # (how many a `recv` waits for: drawn apart from the mix, which
-                    # must not depend on the order the envs came back in)
-                    out = envs.recv(batch_size=int(sizes.integers(1, len(waiting) + 1)))
-                    ids = out[-1]["env_id"].tolist()
-                    waiting -= set(ids)
-                    record("recv", out, ids)
-    return {env: tuple(items) for env, items in history.items()}
+    def step(self, separately: bool) -> None:
+        """`step`, or `step_async` then `step_wait`; a SIGINT inside the wait gives it up."""
+        every = list(range(NUM_ENVS))
+        fault = self.fault()
+        actions = self.actions(every, fault)
+        if fault.gate is not None:
+            if separately:
+                self.envs.step_async(actions)
+            inside = StepVerbs._wait_step if separately else GymnasiumVectorEnv.step
+            with pytest.raises(KeyboardInterrupt), interrupt_inside(inside, fault.gate):
+                self.envs.step_wait() if separately else self.envs.step(actions)
+            fault.gate.open()
+            for env in every:
+                self.history[env].append(("given up",))
+        elif separately:
+            self.envs.step_async(actions)
+            self.record("step_async", self.envs.step_wait(), every)
+        else:
+            self.record("step", self.envs.step(actions), every)
+
+    def reset(self) -> None:
+        mask = self.rng.random(NUM_ENVS) < 0.5
+        mask[self.rng.integers(NUM_ENVS)] = True  # (at least one env)
+        seeds = [int(s) for s in self.rng.integers(1000, size=NUM_ENVS)]
+        out = self.envs.reset(seed=seeds, options={"reset_mask": mask})
+        ids = np.flatnonzero(mask).tolist()
+        self.record("reset", (out[0][mask], {k: _rows(v, mask) for k, v in out[1].items()}), ids)
+
+    def send_and_recv(self, whole_workers: bool) -> None:
+        """Two sends, then `recv`s until every env is back; a SIGINT may land in the first."""
+        if whole_workers:
+            groups = [[0, 1, 2], [3, 4, 5]]
+        else:  # scattered envs: some of each worker's
+            order = self.rng.permutation(NUM_ENVS).tolist()
+            cut = int(self.rng.integers(1, NUM_ENVS))
+            groups = [sorted(order[:cut]), sorted(order[cut:])]
+        fault = self.fault()
+        for group in groups:
+            self.envs.send(self.actions(group, fault), group)
+        waiting = set(range(NUM_ENVS))
+        if fault.gate is not None:  # (a `recv` of all cannot return before the gate opens)
+            recv = GymnasiumVectorEnv.recv
+            with pytest.raises(KeyboardInterrupt), interrupt_inside(recv, fault.gate):
+                self.envs.recv(batch_size=len(waiting))
+            fault.gate.open()
+        while waiting:  # (how many a `recv` waits for: drawn apart from the mix, which must
+            # not depend on the order the envs came back in)
+            out = self.envs.recv(batch_size=int(self.sizes.integers(1, len(waiting) + 1)))
+            ids = out[-1]["env_id"].tolist()
+            waiting -= set(ids)
+            self.record("recv", out, ids)
 
 
 def _rows(value: Any, mask: np.ndarray) -> Any:
@@ -103,8 +181,27 @@ def _rows(value: Any, mask: np.ndarray) -> Any:
     return value[mask]
 
 
+@functools.cache
+def _over_ray_calls(seed: int, gates: Path | None) -> dict[int, tuple[Any, ...]]:
+    """The mix's histories over Ray calls (the slow road), made once per seed."""
+    return _Mix("ray", seed, gates).run()
+
+
+@pytest.fixture(scope="module")
+def gates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gates")
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("transport", ["auto", "tcp", "pipe"])
 def test_every_envs_history_is_the_same_on_every_road(transport, seed):
     """Each env's results over a random verb mix equal those over Ray calls (the slow road)."""
-    assert_same(_history(transport, seed), _history("ray", seed))
+    assert_same(_Mix(transport, seed, None).run(), _over_ray_calls(seed, None))
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp", "pipe"])
+def test_with_env_errors_deaths_and_ctrl_c_every_envs_history_is_the_same_on_every_road(
+    transport, gates
+):
+    """The mix with faults: each env's results equal those over Ray calls."""
+    assert_same(_Mix(transport, 7, gates).run(), _over_ray_calls(7, gates))
