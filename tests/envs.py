@@ -432,16 +432,16 @@ class BigActionEnv(gym.Env[np.ndarray, np.ndarray]):
 class FaultyShiftingEnv(ShiftingInfoEnv):
     """A `ShiftingInfoEnv` with faults the caller picks.
 
-    Action 2: the step raises ValueError. Action 3: the worker process dies (``os._exit``),
-    unless this env was just built (a restart sends the step again, to a new env: it steps).
-    With ``gate`` set (a `tests.interrupts.Gate`'s folder), its next step or reset, whichever
-    comes first (an autoreset is a reset), waits at that gate first.
+    Action 2: the step raises ValueError. Action 3: the worker process dies (``os._exit``;
+    a restart sends the call again, and each new env hands over its lost episode's report
+    instead of stepping, so it does not die again). With ``gate`` set (a
+    `tests.interrupts.Gate`'s folder), its next step or reset, whichever comes first (an
+    autoreset is a reset), waits at that gate first.
     """
 
     action_space = gym.spaces.Discrete(4)
 
     def __init__(self) -> None:
-        self.taken = 0
         self.gate: str | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -450,10 +450,9 @@ class FaultyShiftingEnv(ShiftingInfoEnv):
 
     def step(self, action: int):
         self._pass_gate()
-        self.taken += 1
         if action == 2:
             raise ValueError(f"boom at t={self.t}")
-        if action == 3 and self.taken > 1:
+        if action == 3:
             os._exit(1)
         return super().step(action)
 

@@ -74,13 +74,25 @@ class Gate:
         """How many steps have entered the gate so far."""
         return sum(name.startswith("entered-") for name in os.listdir(self.folder))
 
-    def wait_entered(self, count: int = 1, within: float = 60.0) -> None:
-        """Return once `count` steps have entered (a worker is inside its step)."""
+    def wait_entered(
+        self, count: int = 1, within: float = 60.0, stop: threading.Event | None = None
+    ) -> bool:
+        """Return True once `count` steps have entered (a worker is inside its step).
+
+        False as soon as `stop` is set, if it is given, before they have.
+        """
         ends = time.monotonic() + within
         while self.entered() < count:
+            if stop is not None and stop.is_set():
+                return False
             if time.monotonic() > ends:
                 raise AssertionError(f"no step entered the gate {self.folder} in {within} s")
             time.sleep(0.005)
+        return True
+
+    def timed_out(self) -> int:
+        """How many steps went through the gate after waiting 60 s for it (`wait_at_gate`)."""
+        return sum(name.startswith("timed-out-") for name in os.listdir(self.folder))
 
     def open(self) -> None:
         """Let every step waiting at the gate through (and every later one)."""
@@ -113,7 +125,9 @@ def interrupt_inside(function: Callable[..., Any], gate: Gate, count: int = 1) -
     """Send SIGINT to the main thread once it runs `function` and `count` steps are in `gate`.
 
     For a call that cannot return before the gate opens (it waits for a step inside the gate):
-    the Ctrl-C then lands inside `function`, wherever the main thread is in it.
+    the Ctrl-C then lands inside `function`, wherever the main thread is in it. Nothing is sent
+    if no step enters before the block ends, nor if the main thread is not seen in `function`
+    within 60 s (the call then returns with no KeyboardInterrupt: the test's to see).
     """
     main = threading.main_thread().ident
     assert main is not None
@@ -127,12 +141,14 @@ def interrupt_inside(function: Callable[..., Any], gate: Gate, count: int = 1) -
         return frame is not None
 
     def interrupt() -> None:
-        gate.wait_entered(count)
+        if not gate.wait_entered(count, stop=done):
+            return
         ends = time.monotonic() + 60.0
-        while not inside() and not done.is_set() and time.monotonic() < ends:
+        while not done.is_set() and time.monotonic() < ends:
+            if inside():
+                signal.pthread_kill(main, signal.SIGINT)
+                return
             time.sleep(0.001)
-        if not done.is_set():
-            signal.pthread_kill(main, signal.SIGINT)
 
     thread = threading.Thread(target=interrupt, daemon=True)
     thread.start()
@@ -144,7 +160,10 @@ def interrupt_inside(function: Callable[..., Any], gate: Gate, count: int = 1) -
 
 
 def wait_at_gate(folder: str) -> None:
-    """In an env's step: say so in `folder`, then wait until the gate opens (at most 60 s)."""
+    """In an env's step: say so in `folder`, then wait until the gate opens (at most 60 s).
+
+    A step that waited the 60 s says so too (``timed-out-<pid>-<n>``: `Gate.timed_out`).
+    """
     index = 0
     while True:
         try:
@@ -157,5 +176,8 @@ def wait_at_gate(folder: str) -> None:
         except FileExistsError:
             index += 1
     ends = time.monotonic() + 60.0
-    while not os.path.exists(os.path.join(folder, "open")) and time.monotonic() < ends:
+    while not os.path.exists(os.path.join(folder, "open")):
+        if time.monotonic() > ends:
+            os.close(os.open(os.path.join(folder, f"timed-out-{os.getpid()}-{index}"), os.O_CREAT))
+            break
         time.sleep(0.002)
