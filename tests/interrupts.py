@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from types import CodeType
 from typing import Any
 
@@ -90,65 +91,29 @@ class Gate:
             time.sleep(0.005)
         return True
 
-    def timed_out(self) -> int:
-        """How many steps went through the gate after waiting 60 s for it (`wait_at_gate`)."""
-        return sum(name.startswith("timed-out-") for name in os.listdir(self.folder))
-
     def open(self) -> None:
         """Let every step waiting at the gate through (and every later one)."""
         with open(os.path.join(self.folder, "open"), "w"):
             pass
 
-    @contextlib.contextmanager
-    def interrupt_when_entered(self, count: int = 1) -> Iterator[None]:
+    def interrupt_when_entered(self, count: int = 1) -> AbstractContextManager[None]:
         """Send SIGINT to the main thread once `count` steps are inside the gate."""
-        main = threading.main_thread().ident
-        assert main is not None
-        done = threading.Event()
-
-        def interrupt() -> None:
-            self.wait_entered(count)
-            if not done.is_set():
-                signal.pthread_kill(main, signal.SIGINT)
-
-        thread = threading.Thread(target=interrupt, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join(timeout=60)
+        return _interrupt_when(lambda done: self.wait_entered(count))
 
 
 @contextlib.contextmanager
-def interrupt_inside(function: Callable[..., Any], gate: Gate, count: int = 1) -> Iterator[None]:
-    """Send SIGINT to the main thread once it runs `function` and `count` steps are in `gate`.
+def _interrupt_when(ready: Callable[[threading.Event], bool]) -> Iterator[None]:
+    """Send SIGINT to the main thread once `ready(done)` returns True, if the block is on.
 
-    For a call that cannot return before the gate opens (it waits for a step inside the gate):
-    the Ctrl-C then lands inside `function`, wherever the main thread is in it. Nothing is sent
-    if no step enters before the block ends, nor if the main thread is not seen in `function`
-    within 60 s (the call then returns with no KeyboardInterrupt: the test's to see).
+    `ready` runs in a thread of its own; `done` is set when the block ends.
     """
     main = threading.main_thread().ident
     assert main is not None
-    code: CodeType = function.__code__
     done = threading.Event()
 
-    def inside() -> bool:
-        frame = sys._current_frames().get(main)
-        while frame is not None and frame.f_code is not code:
-            frame = frame.f_back
-        return frame is not None
-
     def interrupt() -> None:
-        if not gate.wait_entered(count, stop=done):
-            return
-        ends = time.monotonic() + 60.0
-        while not done.is_set() and time.monotonic() < ends:
-            if inside():
-                signal.pthread_kill(main, signal.SIGINT)
-                return
-            time.sleep(0.001)
+        if ready(done) and not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
 
     thread = threading.Thread(target=interrupt, daemon=True)
     thread.start()
@@ -159,10 +124,42 @@ def interrupt_inside(function: Callable[..., Any], gate: Gate, count: int = 1) -
         thread.join(timeout=60)
 
 
+def interrupt_inside(
+    function: Callable[..., Any], gate: Gate, count: int = 1
+) -> AbstractContextManager[None]:
+    """Send SIGINT to the main thread once it runs `function` and `count` steps are in `gate`.
+
+    For a call that cannot return before the gate opens (it waits for a step inside the gate):
+    the Ctrl-C then lands inside `function`, wherever the main thread is in it. Nothing is sent
+    if no step enters before the block ends, nor if the main thread is not seen in `function`
+    within 60 s (the call then returns with no KeyboardInterrupt: the test's to see).
+    """
+    main = threading.main_thread().ident
+    code: CodeType = function.__code__
+
+    def inside() -> bool:
+        frame = None if main is None else sys._current_frames().get(main)
+        while frame is not None and frame.f_code is not code:
+            frame = frame.f_back
+        return frame is not None
+
+    def ready(done: threading.Event) -> bool:
+        if not gate.wait_entered(count, stop=done):
+            return False
+        ends = time.monotonic() + 60.0
+        while not done.is_set() and time.monotonic() < ends:
+            if inside():
+                return True
+            time.sleep(0.001)
+        return False
+
+    return _interrupt_when(ready)
+
+
 def wait_at_gate(folder: str) -> None:
     """In an env's step: say so in `folder`, then wait until the gate opens (at most 60 s).
 
-    A step that waited the 60 s says so too (``timed-out-<pid>-<n>``: `Gate.timed_out`).
+    A step that waited the 60 s leaves ``timed-out-<pid>-<n>`` there too.
     """
     index = 0
     while True:

@@ -138,10 +138,11 @@ class _Mix:
             else:
                 step = functools.partial(self.envs.step, actions)
                 out = self.cut(GymnasiumVectorEnv.step, fault.gate, step)
-            if out is not None:
+            if out is None:
+                for env in every:
+                    self.history[env].append(("given up",))
+            else:
                 self.record("step_async" if separately else "step", out, every)
-            for env in every if out is None else ():
-                self.history[env].append(("given up",))
         elif separately:
             self.envs.step_async(actions)
             self.record("step_async", self.envs.step_wait(), every)
