@@ -5,7 +5,8 @@ These are the moments when a reply could be read by nobody's ticket, or a step c
 an answer to a message not all written: a worker that answered and then died while the other
 still steps, a verb that reads the workers' pipes while a `step_async` is pending, and a TCP
 doorbell whose action rows the socket takes only part of. Each must give the step's own
-results, as the slow path would.
+results, as the slow path would. And once a worker is replaced, the steps must go on the
+lanes again, over its new transport.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
+from ray_multiprocess_env._engine.lanes import Lanes
 from tests.envs import BigActionEnv, FlakyEnv
-from tests.helpers import assert_killed, worker_pids
+from tests.helpers import assert_killed, transport_kinds, worker_pids
 from tests.interrupts import Gate
 
 LANE_TRANSPORTS = ["auto", "tcp"]
+_KINDS = {"auto": "shared_memory", "tcp": "tcp"}  # (each one's `transport_kinds`)
 
 
 def _readable(envs, worker: int, within: float = 60.0) -> bool:
@@ -70,6 +73,48 @@ def test_a_verb_that_reads_the_pipes_while_a_step_is_pending_leaves_it_its_repli
         assert obs[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
         envs.set_attr("gate", [None] * 4)
         assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == [2.0] * 4
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkeypatch):
+    """A restarted worker's new transport gets a lane: the steps do not stay on the slow path.
+
+    The lanes keep each worker's transport of when they were made; that of a worker that was
+    replaced is closed and can no longer ring. Results alone cannot tell (the slow path gives
+    the same), so each step's road is read where the lanes hand it back.
+    """
+    launch, rung = Lanes.launch, []
+
+    def spy(self, actions, label):
+        call = launch(self, actions, label)
+        rung.append(call is not None)
+        return call
+
+    monkeypatch.setattr(Lanes, "launch", spy)
+    envs = GymnasiumVectorEnv(
+        [FlakyEnv] * 4,
+        envs_per_worker=2,
+        transport=transport,
+        on_actor_failure="restart",
+        timeout=60,
+    )
+    ones = np.ones(4, dtype=np.int64)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.step(ones)
+        assert rung == [True]
+        os.kill(worker_pids(envs)[0], signal.SIGKILL)
+        assert_killed(envs.remote_envs[0])
+        truncated, infos = envs.step(ones)[3:]  # (restarts it within the call)
+        assert truncated.tolist() == [True, True, False, False]
+        assert "env_crashed" in infos
+        rung.clear()
+        envs.step(ones)  # (may take the slow path: it reads the workers' replies to the new
+        # info column, `env_crashed`'s, which the restart's step shared with them)
+        obs = envs.step(ones)[0]
+        assert rung[-1], "steps after the restart stay on the slow path"
+        assert obs[:, 0].tolist() == [1.0, 1.0, 4.0, 4.0]  # (its first step was an autoreset)
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2
 
 
 def test_a_tcp_doorbell_the_socket_takes_only_part_of_is_written_in_full():
