@@ -9,12 +9,13 @@ SIGINT handler, no block counted as open.
 
 from __future__ import annotations
 
+import inspect
 import select
 import signal
 
 import pytest
 
-from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, POLL_SLICE_MS, deferred_interrupts
 from tests.interrupts import interrupt_at_line, lines_of
 
 GUARD = type(DEFERRED)
@@ -89,6 +90,48 @@ def test_a_handler_that_returns_gets_every_ctrl_c_while_the_poll_blocks():
         assert len(calls) == 2
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class _IdlePoller:
+    """A poller that never has anything ready.
+
+    It notes each timeout it was given, and whether a Ctrl-C was held back then (recorded by
+    the guard, not raised yet).
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int | None, bool]] = []
+
+    def poll(self, timeout: int | None) -> list[tuple[int, int]]:
+        self.calls.append((timeout, bool(DEFERRED._received)))  # (private)
+        return []  # (as a real one, once `timeout` ran out)
+
+
+def test_a_ctrl_c_that_lands_as_the_poll_begins_comes_out_after_one_slice():
+    """A SIGINT whose handler runs just before `poll` blocks is raised after one slice.
+
+    That is where a Ctrl-C from another thread most often lands: as the main thread lets go of
+    the GIL to block. Blocking for good (no deadline) with it held back kept a call waiting
+    until a worker answered, which for a step stuck in a hung env is never.
+    """
+    source, first = inspect.getsourcelines(GUARD.poll)
+    line = first + next(i for i, text in enumerate(source) if "self._open = True" in text)
+    poller, ran = _IdlePoller(), []
+    with pytest.raises(KeyboardInterrupt), interrupt_at_line(GUARD.poll, line) as fired:  # noqa: PT012
+        with deferred_interrupts():
+            DEFERRED.poll(poller, None)  # (no deadline)
+            ran.append("after the poll")
+    assert fired
+    assert poller.calls == [(POLL_SLICE_MS, True)]  # one slice, and raised from the poll
+    assert ran == []
+    assert DEFERRED._depth == 0  # (private)
+
+
+def test_a_wait_with_a_deadline_is_cut_into_slices_and_ends_at_it():
+    poller = _IdlePoller()
+    with deferred_interrupts():
+        assert DEFERRED.poll(poller, 2 * POLL_SLICE_MS + 7) == []
+    assert [timeout for timeout, _ in poller.calls] == [POLL_SLICE_MS, POLL_SLICE_MS, 7]
 
 
 def _held_back(ran: list[str]) -> None:

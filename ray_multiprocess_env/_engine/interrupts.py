@@ -16,10 +16,17 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["DEFERRED", "deferred_interrupts"]
+__all__ = ["DEFERRED", "POLL_SLICE_MS", "deferred_interrupts"]
 
 _SIGINT = int(signal.SIGINT)
 _MAIN_THREAD = threading.main_thread().ident
+
+#: The longest one ``poll`` blocks while it waits for workers. A SIGINT that comes after the
+#: interpreter's last look at its signals and before the ``poll`` blocks (the moment the main
+#: thread lets go of the GIL, when another thread's Ctrl-C is most likely to land) interrupts
+#: nothing: Python runs its handler once the ``poll`` returns. So waits with no deadline, or a
+#: far one, block in slices of this many milliseconds, and a Ctrl-C comes through after one.
+POLL_SLICE_MS = 50
 
 
 class _DeferredInterrupts:
@@ -66,20 +73,26 @@ class _DeferredInterrupts:
 
         Call it in an outermost block, at a point where nothing is half done: a SIGINT
         recorded before, or one arriving meanwhile, goes to the handler swapped out (a
-        ``KeyboardInterrupt``, by default) from here. In a nested block, or where nothing was
-        swapped, it is a plain ``poll``.
+        ``KeyboardInterrupt``, by default) from here, at the latest `POLL_SLICE_MS` after it
+        came. In a nested block, or where nothing was swapped, it is a plain ``poll``.
         """
         if self._depth != 1 or self._previous is None or _thread.get_ident() != _MAIN_THREAD:
             return poller.poll(timeout_ms)  # type: ignore[no-any-return]
-        received = self._received
-        if received:
-            self._received = []
-            _deliver(self._previous, *received[0])
-        self._open = True
-        try:
-            return poller.poll(timeout_ms)  # type: ignore[no-any-return]
-        finally:
-            self._open = False
+        while True:  # (in slices: see `POLL_SLICE_MS`)
+            received = self._received
+            if received:
+                self._received = []
+                _deliver(self._previous, *received[0])
+            wait = timeout_ms if timeout_ms is not None and timeout_ms <= POLL_SLICE_MS else None
+            self._open = True
+            try:
+                ready: list[tuple[int, int]] = poller.poll(POLL_SLICE_MS if wait is None else wait)
+            finally:
+                self._open = False
+            if ready or wait is not None:
+                return ready
+            if timeout_ms is not None:
+                timeout_ms -= POLL_SLICE_MS
 
     def __exit__(self, *exc_info: object) -> None:
         if _thread.get_ident() != _MAIN_THREAD:

@@ -29,7 +29,7 @@ from typing import Any, cast
 import ray
 from ray.exceptions import RayError
 
-from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, POLL_SLICE_MS, deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
 from ray_multiprocess_env._protocol.status import RECORD, code_of, is_record, reply_of_code
@@ -67,7 +67,8 @@ class _PipeWaiter:
                 return  # (every ticket of theirs has its outcome)
             poller, readers, writers = self._poller(live)
             left = remaining(deadline)
-            ready = poller.poll(None if left is None else int(left * 1000) + 1)
+            wait = POLL_SLICE_MS if left is None else min(int(left * 1000) + 1, POLL_SLICE_MS)
+            ready = poller.poll(wait)  # (in slices, so that a Ctrl-C comes through)
             for fd, event in ready:
                 writer = writers.get(fd)
                 if writer is not None and (event & select.POLLOUT or fd not in readers):
