@@ -3,6 +3,7 @@
 Run by hand from the repository root, on a machine with nothing else running:
 
     python -m benchmarks.driver_floor [--env CartPole-v1] [--k 8] [--rounds 200] [--functions 0]
+    python -m benchmarks.driver_floor --first-ready [--env ...] [--k 8] [--functions 0]
 
 One `make_vector_env` of 2 workers x `k` envs on shared memory is stepped three ways, taking
 turns every 20 steps (so the machine's drift falls on all alike):
@@ -19,6 +20,11 @@ The bare loop keeps the transports' sequence numbers in step, so the library's c
 working between turns. It also counts the Python bytecodes the face and the engine run per step
 (a tracer on a separate run of steps: counting slows them down, so it is not timed); with
 ``--functions N`` it lists the N functions that run the most of the face's.
+
+``--first-ready`` counts instead the bytecodes of the face's first-ready round trip: a
+``recv(batch_size=k)`` and the ``send`` of new actions to the envs it handed back, as an
+envpool-style loop runs them (a worker's envs come back together, so a `recv` may hand back
+more than one worker's). The count includes the loop's own (about 50 bytecodes).
 """
 
 from __future__ import annotations
@@ -148,6 +154,32 @@ def _bytecodes(loop: Any, steps: int = 100) -> dict[str, float]:
     return {name: ops / steps for name, ops in count.items()}
 
 
+def first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, Any]:
+    """Bytecodes per first-ready round trip of the face, by function; envs per `recv`."""
+    env = make_vector_env(env_id, 2 * k, num_workers=2, seed=0)
+    try:
+        env.reset(seed=0)
+        space = env.single_action_space
+        sizes: list[int] = []
+
+        def actions(count: int) -> np.ndarray:
+            return np.zeros((count, *space.shape), dtype=space.dtype)
+
+        def loop(count: int, at: int) -> None:
+            for _ in range(count):
+                ids = env.recv(batch_size=k)[-1]["env_id"]
+                sizes.append(len(ids))
+                env.send(actions(len(ids)), ids)
+
+        env.send(actions(2 * k), np.arange(2 * k))
+        loop(100, 0)  # (warm)
+        sizes.clear()
+        functions = _bytecodes(loop, max(rounds, 1))
+        return {"functions": functions, "envs_per_recv": sum(sizes) / len(sizes)}
+    finally:
+        env.close()
+
+
 def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
     """The result as markdown rows."""
     bare = result["bare"]
@@ -172,15 +204,27 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--functions", type=int, default=0, help="list the face's top N")
+    parser.add_argument("--first-ready", action="store_true", help="count recv + send instead")
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
-        result = measure(args.env, args.k, args.rounds)
+        if args.first_ready:
+            result = first_ready_bytecodes(args.env, args.k, args.rounds)
+        else:
+            result = measure(args.env, args.k, args.rounds)
     finally:
         ray.shutdown()
-    print("\n".join(table(args.env, args.k, result)))
+    unit = "round trip" if args.first_ready else "step"
+    if args.first_ready:
+        print(
+            f"{args.env}, 2 workers x {args.k}, `recv(batch_size={args.k})` + `send`: "
+            f"{sum(result['functions'].values()):,.0f} bytecodes per round trip, "
+            f"{result['envs_per_recv']:.2f} envs per `recv`"
+        )
+    else:
+        print("\n".join(table(args.env, args.k, result)))
     if args.functions:
-        print("\n| the face's step, by function | bytecodes per step |\n|---|---:|")
+        print(f"\n| the face's {unit}, by function | bytecodes per {unit} |\n|---|---:|")
         top = sorted(result["functions"].items(), key=lambda item: -item[1])[: args.functions]
         for name, ops in top:
             print(f"| `{name}` | {ops:,.0f} |")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import select
 import signal
+import time
 
 import pytest
 
@@ -26,9 +27,21 @@ LINES = [
 ]
 
 
-@pytest.mark.parametrize("nested", [False, True], ids=["alone", "nested"])
-@pytest.mark.parametrize(("method", "line"), LINES, ids=[f"{m.__name__}:{n}" for m, n in LINES])
-def test_a_ctrl_c_at_any_line_of_the_guard_comes_out_once(method, line, nested):
+#: How long the block's poll may wait: not at all, or three slices (two and a bit's deadline).
+WAITS = {"at-once": 0, "in-slices": 2 * POLL_SLICE_MS + 7}
+#: Each line alone and nested, waiting at once; and each line of `poll` alone, in slices (the
+#: only case where the loop of `poll` goes round).
+CASES = [
+    pytest.param(method, line, nested, wait, id=f"{method.__name__}:{line}-{kind}-{wait}")
+    for method, line in LINES
+    for nested, kind in ((False, "alone"), (True, "nested"))
+    for wait in WAITS
+    if wait == "at-once" or (method is GUARD.poll and not nested)
+]
+
+
+@pytest.mark.parametrize(("method", "line", "nested", "wait"), CASES)
+def test_a_ctrl_c_at_any_line_of_the_guard_comes_out_once(method, line, nested, wait):
     handler = signal.getsignal(signal.SIGINT)
     poller = select.poll()
     ran: list[str] = []
@@ -41,7 +54,7 @@ def test_a_ctrl_c_at_any_line_of_the_guard_comes_out_once(method, line, nested):
                         ran.append("inner")
                         DEFERRED.poll(poller, 0)  # (nested: a plain poll, held back)
                 else:
-                    DEFERRED.poll(poller, 0)  # (let through here)
+                    DEFERRED.poll(poller, WAITS[wait])  # (let through here)
                 ran.append("body")
     except KeyboardInterrupt:
         raised += 1
@@ -93,7 +106,7 @@ def test_a_handler_that_returns_gets_every_ctrl_c_while_the_poll_blocks():
 
 
 class _IdlePoller:
-    """A poller that never has anything ready.
+    """A real poller of nothing: it only ever waits out its timeout.
 
     It notes each timeout it was given, and whether a Ctrl-C was held back then (recorded by
     the guard, not raised yet).
@@ -101,10 +114,12 @@ class _IdlePoller:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int | None, bool]] = []
+        self._poller = select.poll()
 
     def poll(self, timeout: int | None) -> list[tuple[int, int]]:
         self.calls.append((timeout, bool(DEFERRED._received)))  # (private)
-        return []  # (as a real one, once `timeout` ran out)
+        assert timeout is not None, "asked to block for good"
+        return self._poller.poll(timeout)  # type: ignore[no-any-return]
 
 
 def test_a_ctrl_c_that_lands_as_the_poll_begins_comes_out_after_one_slice():
@@ -127,11 +142,18 @@ def test_a_ctrl_c_that_lands_as_the_poll_begins_comes_out_after_one_slice():
     assert DEFERRED._depth == 0  # (private)
 
 
-def test_a_wait_with_a_deadline_is_cut_into_slices_and_ends_at_it():
-    poller = _IdlePoller()
+def test_a_wait_with_a_deadline_is_cut_into_slices_and_ends_at_it_not_before():
+    """Slices that run late do not add up: the last one ends at the deadline, by the clock."""
+    poller, timeout = _IdlePoller(), 2 * POLL_SLICE_MS + 7
+    start = time.monotonic()
     with deferred_interrupts():
-        assert DEFERRED.poll(poller, 2 * POLL_SLICE_MS + 7) == []
-    assert [timeout for timeout, _ in poller.calls] == [POLL_SLICE_MS, POLL_SLICE_MS, 7]
+        assert DEFERRED.poll(poller, timeout) == []
+    waited = time.monotonic() - start
+    slices = [t for t, _ in poller.calls]
+    assert slices[:2] == [POLL_SLICE_MS, POLL_SLICE_MS]
+    assert len(slices) == 3
+    assert 0 <= slices[2] <= 7  # (less by as much as the first two ran late)
+    assert waited >= timeout / 1000  # (a poll never ends before its timeout)
 
 
 def _held_back(ran: list[str]) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # the C functions: no enum conversions
 import _thread
+import math
 import signal
 import threading
+import time
 from typing import Any
 
 __all__ = ["DEFERRED", "POLL_SLICE_MS", "deferred_interrupts"]
@@ -78,21 +80,27 @@ class _DeferredInterrupts:
         """
         if self._depth != 1 or self._previous is None or _thread.get_ident() != _MAIN_THREAD:
             return poller.poll(timeout_ms)  # type: ignore[no-any-return]
+        if timeout_ms is not None and timeout_ms < 0:
+            timeout_ms = None  # (as ``poll``: no deadline)
+        ends = None  # (the clock is read only once a slice passed with nothing ready)
         while True:  # (in slices: see `POLL_SLICE_MS`)
             received = self._received
             if received:
                 self._received = []
                 _deliver(self._previous, *received[0])
-            wait = timeout_ms if timeout_ms is not None and timeout_ms <= POLL_SLICE_MS else None
+            last = timeout_ms is not None and timeout_ms <= POLL_SLICE_MS
             self._open = True
             try:
-                ready: list[tuple[int, int]] = poller.poll(POLL_SLICE_MS if wait is None else wait)
+                ready: list[tuple[int, int]] = poller.poll(timeout_ms if last else POLL_SLICE_MS)
             finally:
                 self._open = False
-            if ready or wait is not None:
+            if ready or last:
                 return ready
-            if timeout_ms is not None:
-                timeout_ms -= POLL_SLICE_MS
+            if timeout_ms is not None:  # (what is left, by the clock: slices run late)
+                now = time.monotonic()
+                if ends is None:
+                    ends = now + (timeout_ms - POLL_SLICE_MS) / 1000
+                timeout_ms = max(0, math.ceil((ends - now) * 1000))
 
     def __exit__(self, *exc_info: object) -> None:
         if _thread.get_ident() != _MAIN_THREAD:
