@@ -4,7 +4,9 @@ A real SIGINT is raised at each line of the guard's own ``__enter__``, ``__exit_
 handler in turn, for a block alone and for a block nested in another: exactly one
 `KeyboardInterrupt` must come out (held back to the end of the outermost block once the guard
 holds it, or let through at its ``poll``), and the guard must be left as it was found: the same
-SIGINT handler, no block counted as open.
+SIGINT handler, no block counted as open. Each line of ``poll`` is hit again while it waits in
+slices (`POLL_SLICE_MS`), and a Ctrl-C that lands just before it blocks must come out after
+one slice, not when a worker answers.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ def test_a_ctrl_c_that_lands_as_the_poll_begins_comes_out_after_one_slice():
 
 
 def test_a_wait_with_a_deadline_is_cut_into_slices_and_ends_at_it_not_before():
-    """Slices that run late do not add up: the last one ends at the deadline, by the clock."""
+    """After two slices the last one waits what is left by the clock, and never ends early."""
     poller, timeout = _IdlePoller(), 2 * POLL_SLICE_MS + 7
     start = time.monotonic()
     with deferred_interrupts():
