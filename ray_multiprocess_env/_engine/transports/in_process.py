@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
+from ray_multiprocess_env._engine.interrupts import POLL_SLICE_MS
 from ray_multiprocess_env._engine.pool import Worker
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._engine.transports.pipes import decode_reply
@@ -84,7 +85,8 @@ class _InProcessWaiter:
                 left = remaining(deadline)
                 if settled >= min_count or left == 0:
                     return
-                _CHANGED.wait(left)
+                slice_s = POLL_SLICE_MS / 1000  # (as the pipes' waits: a Ctrl-C comes through)
+                _CHANGED.wait(slice_s if left is None else min(left, slice_s))
 
 
 class InProcessTransport:
