@@ -25,23 +25,29 @@ import ray
 
 from benchmarks import loops
 from ray_multiprocess_env import make_vector_env
-from ray_multiprocess_env._engine import call_state, first_ready, hot_path, store
+from ray_multiprocess_env._engine import (
+    call_state,
+    first_ready,
+    first_ready_lanes,
+    interrupts,
+    store,
+)
 from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env.faces import gymnasium as face
 
 #: (owner, attribute, stage): the stages, in the order of a round trip, indented as they nest.
 STAGES = [
     (face.GymnasiumVectorEnv, "recv", "`recv`: all of it"),
-    (hot_path.HotPath, "_waited", "  waiting: `poll` (and the wake-up), reading"),
-    (shared_memory.SharedMemoryTransport, "read_lane", "    reading the reply"),
-    (hot_path, "hand_out", "  handing out (all or nothing)"),
-    (call_state.CallState, "take", "    the call state: out of flight"),
+    (type(interrupts.DEFERRED), "poll", "  waiting: `poll` (and the wake-up)"),
+    (shared_memory.SharedMemoryTransport, "read_lane", "  reading the reply"),
+    (first_ready_lanes.FirstReadyLanes, "_hand_out", "  handing out (all or nothing)"),
+    (call_state.CallState, "take_sent", "    the call state: out of flight"),
     (store.BatchStore, "rows_of", "    the rows: copies of obs, rewards, flags, info columns"),
     (face.GymnasiumVectorEnv, "_received", "    the face's results"),
     (face.GymnasiumVectorEnv, "send", "`send`: all of it (the face's checks included)"),
     (first_ready.FirstReadyVerbs, "send", "  the engine's `send`"),
     (shared_memory.SharedMemoryTransport, "ring", "    actions in, doorbell written"),
-    (call_state.CallState, "put_in_flight", "    the call state: in flight"),
+    (call_state.CallState, "put_sent", "    the call state: in flight"),
 ]
 
 

@@ -20,6 +20,7 @@ from ray_multiprocess_env._engine.call_state import CallState, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
+from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, LaneSend
 from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lanes, LaneStep
@@ -38,10 +39,25 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState.take,
     CallState._settle_state,
     CallState.put_in_flight,
+    CallState.take_sent,
+    CallState.put_sent,
+    CallState.make_tickets,
+    LaneSend.ticket,
     hand_out,
-    HotPath.recv,
+    FirstReadyLanes.recv,
+    FirstReadyLanes._read,
+    FirstReadyLanes._hand_out,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
+]
+
+#: Where `send` rings the workers and puts their envs in flight.
+SEND_CODE: list[Callable[..., Any]] = [
+    FirstReadyVerbs.send,
+    FirstReadyLanes.send,
+    CallState.has_call_to,
+    CallState.put_sent,
+    CallState.put_in_flight,
 ]
 
 #: Where a face's `step` sends, waits and hands the step out.
@@ -124,6 +140,30 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
         assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == (expected + 1).tolist()
         envs.async_reset()
         assert sorted(_ids(envs.recv()[-1])) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctrl_c_at_any_line_of_send_puts_all_of_it_in_flight_or_none(transport):
+    """Ctrl-C anywhere in `send`: all of its envs are in flight, or none is and none stepped."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        steps = fired_in = 0
+        for function, line in _rounds(SEND_CODE):
+            fired: list[bool] = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+            fired_in += bool(fired)
+            out = envs._engine.busy_envs()  # (private) what is in flight
+            assert out in ([], [0, 1, 2, 3]), (function, line)
+            if out:
+                steps += 1
+                obs, *_, infos = envs.recv()
+                assert sorted(_ids(infos)) == [0, 1, 2, 3]
+                assert obs[:, 0].tolist() == [steps] * 4, (function, line)
+            assert _counts(envs) == [steps] * 4, (function, line)  # (none stepped unsent)
+        assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("face", ["gymnasium", "pfrl"])

@@ -1,10 +1,11 @@
-"""The full step on the lanes, where the slow path takes it over.
+"""The full step and first-ready `send`/`recv` on the lanes, where the slow path takes over.
 
-A step on the lanes has no tickets until something needs them (`lanes.LaneStep.tickets`).
-These are the moments when a reply could be read by nobody's ticket, or a step could wait for
-an answer to a message not all written: a worker that answered and then died while the other
-still steps, a verb that reads the workers' pipes while a `step_async` is pending, and a TCP
-doorbell whose action rows the socket takes only part of. Each must give the step's own
+A step on the lanes has no tickets until something needs them (`lanes.LaneStep.tickets`,
+`first_ready_lanes.LaneSend.ticket`). These are the moments when a reply could be read by
+nobody's ticket, or a step could wait for an answer to a message not all written: a worker
+that answered and then died while the other still steps, a verb that reads the workers'
+pipes while a `step_async` is pending or first-ready steps are out, and a TCP doorbell whose
+action rows the socket takes only part of. Each must give the step's own
 results, as the slow path would. And once a worker is replaced, the steps must go on the
 lanes again, over its new transport.
 """
@@ -73,6 +74,34 @@ def test_a_verb_that_reads_the_pipes_while_a_step_is_pending_leaves_it_its_repli
         assert obs[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
         envs.set_attr("gate", [None] * 4)
         assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == [2.0] * 4
+
+
+@pytest.mark.parametrize("verb", ["run_on_workers", "call"])
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_verb_that_reads_the_pipes_while_sends_are_out_leaves_them_their_replies(transport, verb):
+    """The answers to a `send` on the lanes, read by another verb, still come to `recv`.
+
+    `send` keeps no ticket on the lanes; a verb that reads the pipes before the `recv` (one
+    allowed beside first-ready calls, as pfrl's and Tianshou's faces call them) makes the
+    tickets first, or it would drop the answers it reads and `recv` would wait for them.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=60)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+        assert len(envs._engine._state.sent) == 2  # (private) on the lanes: no tickets
+        assert _readable(envs, 0)  # both answers wait in the pipes
+        assert _readable(envs, 1)
+        if verb == "run_on_workers":
+            assert len(worker_pids(envs)) == 2
+        else:
+            counts = envs._engine.call("get_attr", [("count",)] * 4, in_flight_ok=True)
+            assert counts == [1, 1, 1, 1]
+        obs, *_, infos = envs.recv(timeout=10)
+        assert infos["env_id"].tolist() == [0, 1, 2, 3]
+        assert obs[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+        assert envs.recv(timeout=10)[0][:, 0].tolist() == [2.0] * 4
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)

@@ -17,7 +17,7 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine import hot_path
+from ray_multiprocess_env._engine import first_ready_lanes, hot_path
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env._protocol.shared_layout import write_actions
@@ -299,7 +299,7 @@ def test_a_dead_worker_outside_the_calls_leaves_them_on_the_hot_path(monkeypatch
     Only the workers a call waits on matter; the next call to the dead one finds it dead.
     """
     answered = []
-    recv = hot_path.HotPath.recv
+    recv = first_ready_lanes.FirstReadyLanes.recv
 
     def spy(self, min_envs, deadline, finish):
         try:
@@ -310,7 +310,7 @@ def test_a_dead_worker_outside_the_calls_leaves_them_on_the_hot_path(monkeypatch
         answered.append(True)
         return out
 
-    monkeypatch.setattr(hot_path.HotPath, "recv", spy)
+    monkeypatch.setattr(first_ready_lanes.FirstReadyLanes, "recv", spy)
     with contextlib.closing(GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=1)) as envs:
         envs.reset()
         os.kill(worker_pids(envs)[2], signal.SIGKILL)

@@ -20,7 +20,7 @@ from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
 
-__all__ = ["Call", "CallState", "LazyTickets", "State", "T", "as_is", "hand_out"]
+__all__ = ["Call", "CallState", "LaneSent", "LazyTickets", "State", "T", "as_is", "hand_out"]
 
 #: What a face makes of a batch (a verb's `finish`).
 T = TypeVar("T")
@@ -53,6 +53,21 @@ class LazyTickets(Protocol):
         """A ticket per worker, made at the first call (the same ones after)."""
 
 
+class LaneSent(Protocol):
+    """A first-ready step of a worker's envs sent with no ticket (`first_ready_lanes.LaneSend`)."""
+
+    @property
+    def envs(self) -> range:
+        """The envs it steps: all of one worker's."""
+
+    @property
+    def worker(self) -> int:
+        """The worker's index."""
+
+    def ticket(self) -> Ticket:
+        """A ticket that stands for it, settled by its answer (read already, or to come)."""
+
+
 class Call:
     """One operation launched on some workers: a ticket per worker.
 
@@ -83,18 +98,51 @@ class Call:
 
 
 class CallState:
-    """The `State` of one vector env, its pending `step_async` and its first-ready tickets.
+    """The `State` of one vector env, its pending `step_async` and its first-ready calls.
 
-    `name` is the face's class name, for messages.
+    `name` is the face's class name, for messages. A first-ready call is a `Ticket` in
+    `in_flight`, or a step the lanes sent with none (`sent`, one per worker): reading
+    `in_flight` makes their tickets first (`make_tickets`), so whatever is not the lanes'
+    finds every call as a ticket.
     """
 
     def __init__(self, name: str, num_envs: int) -> None:
         self.name = name
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
-        self.in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
-        self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the tickets in flight
+        self._in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
+        self.sent: list[LaneSent] = []  # first-ready steps the lanes sent, with no ticket yet
+        self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the calls in flight
         self.busy_count = 0
+
+    @property
+    def in_flight(self) -> list[tuple[Ticket, str]]:
+        """The first-ready tickets in flight and their kind (``"step"`` or ``"reset"``)."""
+        if self.sent:
+            self.make_tickets()
+        return self._in_flight
+
+    @property
+    def ticketed(self) -> list[tuple[Ticket, str]]:
+        """The first-ready calls in flight that are tickets already (`in_flight` less `sent`)."""
+        return self._in_flight
+
+    def has_call_to(self, worker: int) -> bool:
+        """Whether a first-ready call to `worker` is in flight."""
+        for item in self.sent:
+            if item.worker == worker:
+                return True
+        return any(ticket.worker == worker for ticket, _ in self._in_flight)
+
+    def make_tickets(self) -> None:
+        """Make a ticket of each step the lanes sent (`sent`): a verb will read the pipes.
+
+        A reply read with no ticket waiting for it is dropped: every verb that reads the
+        workers' pipes while first-ready calls are out calls this first.
+        """
+        with deferred_interrupts():
+            made = [(item.ticket(), "step") for item in self.sent]
+            self._in_flight, self.sent = self._in_flight + made, []
 
     def check_open(self, name: str) -> None:
         """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
@@ -122,6 +170,8 @@ class CallState:
                 "`recv` them first.",
                 "send",
             )
+        if self.sent:  # (the verb reads the pipes, where their replies come)
+            self.make_tickets()
 
     def begin_step(self, call: Call) -> None:
         """`call` is the pending `step_async`."""
@@ -157,33 +207,57 @@ class CallState:
             for item in items:
                 _mark(busy, item[0].envs, True)
                 self.busy_count += len(item[0].envs)
-            self.in_flight = self.in_flight + items
+            self._in_flight = self._in_flight + items
             self._settle_state()
 
     def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
         """These first-ready tickets (and their kinds), no longer in flight."""
         done: list[tuple[Ticket, str]] = []
         left: list[tuple[Ticket, str]] = []
-        for item in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
+        for item in self._in_flight:  # (`in`: by identity, a ticket equals only itself)
             (done if item[0] in tickets else left).append(item)
         with deferred_interrupts():
             busy = self.busy
             for ticket, _ in done:
                 _mark(busy, ticket.envs, False)
                 self.busy_count -= len(ticket.envs)
-            self.in_flight = left
+            self._in_flight = left
             self._settle_state()
         return done
 
+    def put_sent(self, sent: Sequence[LaneSent]) -> None:
+        """First-ready steps the lanes sent are out (nothing, once closed)."""
+        if self.state is State.CLOSED:
+            return
+        with deferred_interrupts():
+            busy = self.busy
+            for item in sent:
+                envs = item.envs
+                busy[envs.start : envs.stop] = True
+                self.busy_count += len(envs)
+            self.sent = self.sent + list(sent)
+            self._settle_state()
+
+    def take_sent(self, done: Sequence[LaneSent]) -> None:
+        """These steps the lanes sent are no longer in flight."""
+        with deferred_interrupts():
+            busy = self.busy
+            for item in done:
+                envs = item.envs
+                busy[envs.start : envs.stop] = False
+                self.busy_count -= len(envs)
+            self.sent = [item for item in self.sent if item not in done]
+            self._settle_state()
+
     def _settle_state(self) -> None:
         if self.state is not State.CLOSED and self.state is not State.WAITING_STEP:
-            self.state = State.IN_FLIGHT if self.in_flight else State.IDLE
+            self.state = State.IN_FLIGHT if self._in_flight or self.sent else State.IDLE
 
     def close(self) -> tuple[Call | None, list[tuple[Ticket, str]]]:
         """Closed; what was pending and in flight, to give up."""
         with deferred_interrupts():
             out = (self.pending, self.in_flight)
-            self.pending, self.in_flight, self.state = None, [], State.CLOSED
+            self.pending, self._in_flight, self.state = None, [], State.CLOSED
             self.busy[:], self.busy_count = False, 0
         return out
 

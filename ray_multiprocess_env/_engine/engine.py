@@ -33,6 +33,7 @@ from ray_multiprocess_env._engine.calls import (
     reset_kwargs,
     reset_positions,
 )
+from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
@@ -84,6 +85,7 @@ class Engine(StepVerbs):
         self._store: BatchStore | None = None
         self._hot: HotPath | None = None
         self._lanes: Lanes | None = None
+        self._ready_lanes: FirstReadyLanes | None = None
         self._workers_here = 0  # worker processes on the driver's node (`driver_threads`)
         self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
         try:
@@ -108,8 +110,9 @@ class Engine(StepVerbs):
                 hot = any(w.transport.hot for w in pool.workers)
                 self._store.use_columns = hot and shared_memory_supported()
                 if hot:
-                    self._hot = HotPath(pool, self._state, self._store)
+                    self._hot = HotPath(pool, self._store)
                     self._lanes = Lanes(pool, self._store)
+                    self._ready_lanes = FirstReadyLanes(pool, self._state, self._store, self._lanes)
             here = _here()
             workers_here = sum(w.node_id == here for w in pool.workers)
             driver_threads.add_workers(workers_here)  # (counted only if it returns)
@@ -315,13 +318,16 @@ class Engine(StepVerbs):
     def _beside_pending(self, name: str) -> None:
         """The checks of a verb `name` that may run while a `step_async` is pending: open.
 
-        A step pending on the lanes has its tickets made first: this verb reads the workers'
-        pipes, and a reply read with no ticket waiting for it would be dropped.
+        A step pending on the lanes, and first-ready steps they sent, have their tickets made
+        first: this verb reads the workers' pipes, and a reply read with no ticket waiting
+        for it would be dropped.
         """
         self._state.check_open(name)
         pending = self._state.pending
         if pending is not None:
             pending.tickets  # noqa: B018 - (made now, if not yet)
+        if self._state.sent:
+            self._state.make_tickets()
 
     def _has(self, name: str) -> list[bool]:
         """Whether each env has a method `name` (asked once, then cached)."""
@@ -341,7 +347,7 @@ class Engine(StepVerbs):
     def _release_memory(self) -> None:
         """Release the shared memory, even where a failure's traceback still holds views."""
         store, self._store, self._pool.shared = self._store, None, None
-        self._hot = self._lanes = None
+        self._hot = self._lanes = self._ready_lanes = None
         if store is not None and not store.close():
             gc.collect()  # e.g. a reference cycle of a dead worker's error
             if not store.close():

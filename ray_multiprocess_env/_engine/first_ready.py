@@ -1,10 +1,12 @@
 """First-ready calls: envpool's ``send``/``recv`` and ``async_reset``, verbs of the `Engine`.
 
 An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv` returns
-as soon as at least ``batch_size`` envs are done. The tickets in flight are the call state's
-(`CallState.in_flight`); `recv` waits on them and judges those that finished as `Calls.judge`
-does for a whole call: a dead worker is restarted there, an env error raised while the envs
-that answered fine wait for the next `recv`.
+as soon as at least ``batch_size`` envs are done. While all is well both go on the workers'
+lanes (`first_ready_lanes.py`: no tickets). Here is the slow path: the tickets in flight are the
+call state's (`CallState.in_flight`, which makes a ticket of each step the lanes sent); `recv`
+waits on them and judges those that finished as `Calls.judge` does for a whole call: a dead
+worker is restarted there, an env error raised while the envs that answered fine wait for the
+next `recv`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from ray_multiprocess_env._engine.calls import (
     reset_kwargs,
     ticket_positions,
 )
-from ray_multiprocess_env._engine.hot_path import HotPath, NotHot
+from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
+from ray_multiprocess_env._engine.hot_path import NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
@@ -51,7 +54,7 @@ class FirstReadyVerbs:
     _state: CallState
     _store: BatchStore | None
     _owner: list[int]  # each env's worker
-    _hot: HotPath | None
+    _ready_lanes: FirstReadyLanes | None  # `send`/`recv`'s road while all is well
     _workers_here: int  # worker processes on the driver's node (`driver_threads`)
 
     def _collect(
@@ -91,8 +94,8 @@ class FirstReadyVerbs:
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""
-        hot = self._hot
-        if hot is not None and hot.send(actions, env_ids):
+        lanes = self._ready_lanes
+        if lanes is not None and lanes.send(actions, env_ids):
             return
         self._state.check_idle("send", in_flight_ok=True)
         self._state.check_not_busy(env_ids, "sending it another action")
@@ -130,10 +133,10 @@ class FirstReadyVerbs:
         min_envs = self._state.recv_size(batch_size)
         seconds = self._pool.options.timeout if timeout is None else timeout
         deadline = deadline_in(seconds)
-        hot = self._hot
-        if hot is not None:
+        lanes = self._ready_lanes
+        if lanes is not None:
             try:  # (one statement: nothing runs between the hand-out and the return)
-                return hot.recv(min_envs, deadline, finish)
+                return lanes.recv(min_envs, deadline, finish)
             except NotHot:
                 pass
         done = self._first(min_envs, timeout, deadline)

@@ -1,30 +1,28 @@
-"""The hot path: first-ready `send`/`recv`, `step_envs` and a reset's wait, while all is well.
+"""The hot path of `step_envs` and of a reset's wait, while all is well.
 
 The common case of these verbs (same-node workers on shared memory, whole workers stepped,
 every answer fine, no info pieces to merge) costs the driver what the bare design of
 ``tools/sol_probe.py`` does: the actions written into the shared memory and one doorbell per
 worker, one ``poll`` on the workers' pipes, the rows of the workers that answered handed out.
-Anything else (an env error, a dead or late worker, an interrupt, a reset in flight, actions or
-infos off the shared layout, some of a worker's envs) goes to the slow path (`Calls`,
-`FirstReadyVerbs`), which finds the hot path's calls as its own: the hot path skips layers,
-never bookkeeping.
+Anything else (an env error, a dead or late worker, an interrupt, actions or infos off the
+shared layout, some of a worker's envs) goes to the slow path (`Calls`), which finds the hot
+path's calls as its own: the hot path skips layers, never bookkeeping.
 
-The full step goes on the workers' lanes (`lanes.py`), with no tickets. The verbs here send
-a `Ticket` per worker (in the call state, for first-ready), so a timeout, a Ctrl-C, `close` or
-the next call of any verb sees it; they read the answers as the lanes do (`read_lane`), and
-each method here either does all of its work or hands the call to the slow path untouched
-(None, False, or `NotHot`).
+The full step goes on the workers' lanes (`lanes.py`), and so do first-ready `send`/`recv`
+(`first_ready_lanes.py`), with no tickets. The verbs here send a `Ticket` per worker, so a
+timeout, a Ctrl-C, `close` or the next call of any verb sees it; they read the answers as the
+lanes do (`read_lane`), and each method here either does all of its work or hands the call to
+the slow path untouched (None, or `NotHot`).
 """
 
 from __future__ import annotations
 
 import select
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
-from ray_multiprocess_env._engine.call_state import Call, CallState, State, hand_out
+from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
@@ -40,18 +38,16 @@ from ray_multiprocess_env._engine.transports.shared_memory import OTHER
 
 __all__ = ["HotPath", "NotHot"]
 
-T = TypeVar("T")
-
 
 class NotHot(Exception):
-    """`HotPath.recv` hands the call to the slow path (nothing was taken out of flight)."""
+    """A first-ready `recv` is the slow path's to do (nothing was taken out of flight)."""
 
 
 class HotPath:
     """The hot path of one engine's verbs (see the module docstring)."""
 
-    def __init__(self, pool: Pool, state: CallState, store: BatchStore) -> None:
-        self._pool, self._state, self._store = pool, state, store
+    def __init__(self, pool: Pool, store: BatchStore) -> None:
+        self._pool, self._store = pool, store
         workers = pool.workers
         self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
         self._lists = [w.env_list for w in workers]
@@ -191,55 +187,6 @@ class HotPath:
         """
         answers = self._answers(call.tickets, deadline)
         return None if answers is None else self._store.rows_of(env_ids, *answers)
-
-    # -- first-ready --------------------------------------------------------------------------
-    def send(self, actions: Any, env_ids: Any) -> bool:
-        """`FirstReadyVerbs.send` of whole workers' envs; False: the slow path's to do."""
-        state = self._state
-        if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
-            return False
-        runs = whole_worker_runs(self._lists, self._owner, env_ids)
-        if runs is None:
-            return False
-        for ticket, _ in state.in_flight:  # (a worker with envs in flight has a ticket out)
-            for worker, _ in runs:
-                if ticket.worker == worker:
-                    return False
-        with DEFERRED:  # rung and in flight, or neither
-            tickets = self._ring(actions, runs)
-            if tickets is None:
-                return False
-            self._state.put_in_flight([(ticket, "step") for ticket in tickets])
-        return True
-
-    def recv(self, min_envs: int, deadline: float | None, finish: Callable[[Batch], T]) -> T:
-        """`FirstReadyVerbs.recv` once `min_envs` envs are in; `NotHot`: the slow path's to do.
-
-        What `finish` makes of the batch. `NotHot` (nothing taken out of flight) when the wait
-        reaches `deadline`, or when anything in flight or in what came back is not the hot
-        path's. A Ctrl-C while the results are handed out puts them back.
-        """
-        tickets = []
-        for ticket, kind in self._state.in_flight:
-            if kind != "step":
-                raise NotHot
-            tickets.append(ticket)
-        if not self._waited(tickets, min_envs, deadline):
-            raise NotHot
-        done = [ticket for ticket in tickets if ticket.outcome is not None]
-        answers = self._parts(done)
-        if answers is None:
-            raise NotHot
-        # (the envs each ticket ran: a slow path's `send` may have sent some of a worker's)
-        if len(done) == 1 and type(done[0].envs) is range:  # (one worker's run: the usual)
-            ids = np.arange(done[0].envs.start, done[0].envs.stop, dtype=np.int64)
-        elif all(type(t.envs) is range for t in done):  # (whole workers' runs)
-            runs = sorted((t.envs.start, t.envs.stop) for t in done)  # type: ignore[attr-defined]
-            ids = np.concatenate([np.arange(*run, dtype=np.int64) for run in runs])
-        else:
-            ids = np.array(sorted(env for t in done for env in t.envs), dtype=np.int64)
-        make = lambda: finish(self._store.rows_of(ids, *answers))  # noqa: E731
-        return hand_out(self._state, self._pool.lost_episodes, done, ids, make)
 
     def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
         """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).

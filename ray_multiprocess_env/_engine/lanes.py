@@ -28,7 +28,7 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, all_hot, timeout_ms
@@ -36,7 +36,7 @@ from ray_multiprocess_env._engine.transports.pipes import outcome_of_code
 from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import reply_of_code
 
-__all__ = ["REPLY", "Lane", "LaneStep", "Lanes"]
+__all__ = ["REPLY", "Lane", "LaneStep", "Lanes", "lane_ticket", "took_reply"]
 
 #: A `LaneStep` code: the worker's reply, not a record, is in `LaneStep.outcomes`.
 REPLY = -3
@@ -84,24 +84,50 @@ class LaneStep:
         made = self._made
         if made is None:
             with DEFERRED:  # (adopted by their transports and kept, or neither)
-                made = []
-                for lane, chunk, seq, code, outcome in zip(
-                    self.lanes, self.chunks, self.seqs, self.codes, self.outcomes, strict=True
-                ):
-                    ticket = Ticket(
-                        lane.worker, lane.generation, "step", (chunk, None), lane.envs, True
+                made = [
+                    lane_ticket(lane, chunk, seq, code, outcome)
+                    for lane, chunk, seq, code, outcome in zip(
+                        self.lanes, self.chunks, self.seqs, self.codes, self.outcomes, strict=True
                     )
-                    if code >= 0 or code == REPLY:  # (read as the lane's: settled here)
-                        ticket.transport, ticket.handle = lane.transport, seq
-                        ticket.outcome = outcome if code == REPLY else outcome_of_code(code)
-                    else:
-                        lane.transport.adopt(ticket, seq)
-                    made.append(ticket)
+                ]
                 for lane, code in zip(self.lanes, self.codes, strict=True):
                     if code == OTHER:  # (read and left: now that a ticket stands for it)
                         lane.transport.settle()
                 self._made = made
         return made
+
+
+def lane_ticket(lane: Lane, chunk: Any, seq: int, code: int, outcome: Outcome | None) -> Ticket:
+    """The ticket of the step `seq` rung on `lane` with `chunk`, settled by its answer.
+
+    `code` and `outcome` are what was read of the answer (`LaneStep.codes`): settled here if
+    it was read as the lane's; else its transport adopts it, and the answer settles it when
+    it comes, or when the transport settles what it read and left (`OTHER`: the caller runs
+    `settle` once every ticket is made). Call it with interrupts held back.
+    """
+    ticket = Ticket(lane.worker, lane.generation, "step", (chunk, None), lane.envs, True)
+    if code >= 0 or code == REPLY:  # (read as the lane's: settled here)
+        ticket.transport, ticket.handle = lane.transport, seq
+        ticket.outcome = outcome if code == REPLY else outcome_of_code(code)
+    else:
+        lane.transport.adopt(ticket, seq)
+    return ticket
+
+
+def took_reply(transport: Any, seq: int) -> tuple[int, Outcome | None, bool]:
+    """What became of the answer to `seq` `read_lane` left (`OTHER`), if not a record.
+
+    ``(code, outcome, taken)``: `REPLY` and the outcome if that answer was all it left, else
+    `OTHER` (left for `settle`); `taken` if it is still the hot path's: a reply that went well
+    with its rows in place and one info dict per env (SB3's layout, whose infos have no
+    columns). Call it with interrupts held back.
+    """
+    outcome = transport.take_reply(seq)
+    if outcome is None:
+        return OTHER, None, False
+    reply = outcome.value if outcome.ok else None
+    taken = type(reply) is tuple and reply[0] is None and type(reply[4]) is dict
+    return REPLY, outcome, taken
 
 
 class Lanes:
@@ -111,26 +137,31 @@ class Lanes:
         self._pool, self._store = pool, store
         # every worker's lane while all are hot, a poller of their pipes, and fd -> lane
         self._lanes: tuple[list[Lane], Any, dict[int, int]] = ([], None, {})
+        self._made = -1  # `Worker.transports_set` when they were made
 
-    def _now(self) -> tuple[list[Lane], Any, dict[int, int]] | None:
-        """Every worker's lane and their poller, if each worker is on a hot transport."""
-        found = self._lanes
+    def now(self) -> tuple[list[Lane], Any, dict[int, int]] | None:
+        """Every worker's lane and their poller, if each worker is on a hot transport.
+
+        Looked at again once a worker's transport was set, in any pool (`Worker`), and made
+        again if one of this pool's was replaced (a restart, or a fallback).
+        """
+        made = Worker.transports_set
+        if made == self._made:
+            return self._lanes
         workers = self._pool.workers
-        if len(found[0]) == len(workers):
-            for lane, worker in zip(found[0], workers, strict=True):  # (by identity: replaced?)
-                if lane.transport is not worker.transport:
-                    break
-            else:
-                return found
-        if not all_hot([worker.transport for worker in workers]):
+        transports = [worker.transport for worker in workers]
+        if not all_hot(transports):
             return None
-        lanes = [Lane(worker) for worker in workers]
-        poller, by_fd = select.poll(), {}
-        for i, lane in enumerate(lanes):
-            by_fd[lane.transport.fileno()] = i
-            poller.register(lane.transport.fileno(), select.POLLIN)
-        self._lanes = found = (lanes, poller, by_fd)  # (one attribute: all or nothing)
-        return found
+        lanes = self._lanes[0]
+        if [lane.transport for lane in lanes] != transports:  # (by identity, then `==`)
+            lanes = [Lane(worker) for worker in workers]
+            poller, by_fd = select.poll(), {}
+            for i, lane in enumerate(lanes):
+                by_fd[lane.transport.fileno()] = i
+                poller.register(lane.transport.fileno(), select.POLLIN)
+            self._lanes = (lanes, poller, by_fd)  # (one attribute: all or nothing)
+        self._made = made
+        return self._lanes
 
     def launch(self, actions: Any, label: str) -> Call | None:
         """`Engine`'s step of every env, rung on every lane (None: nothing was sent).
@@ -139,7 +170,7 @@ class Lanes:
         """
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return None  # (owed reports: the slow path has them sent again first)
-        found = self._now()
+        found = self.now()
         if found is None:
             return None
         lanes, chunks = found[0], []
@@ -186,21 +217,11 @@ class Lanes:
 
     @staticmethod
     def _took_reply(step: LaneStep, i: int) -> bool:
-        """Whether lane `i`'s reply, not a record, is still the hot path's (`REPLY`).
-
-        That is a reply that went well with its rows in place and one info dict per env
-        (SB3's layout, whose infos have no columns). Else the reply waits for the slow path
-        (`OTHER`, or in `outcomes`).
-        """
-        outcome = step.lanes[i].transport.take_reply(step.seqs[i])
-        step.codes[i], step.outcomes[i] = OTHER if outcome is None else REPLY, outcome
-        if outcome is None:
-            return False
-        reply = outcome.value if outcome.ok else None
-        if type(reply) is not tuple or reply[0] is not None or type(reply[4]) is not dict:
-            return False
-        step.left -= 1
-        return True
+        """Whether lane `i`'s reply, not a record, is still the hot path's (`took_reply`)."""
+        step.codes[i], step.outcomes[i], taken = took_reply(step.lanes[i].transport, step.seqs[i])
+        if taken:
+            step.left -= 1
+        return taken
 
     def _batch(self, step: LaneStep) -> Batch:
         """The batch of a lane step every worker answered (in `codes`, or `outcomes`).

@@ -30,6 +30,7 @@ class Worker:
     """One worker: its actor, its envs, the transport its operations go over, its node."""
 
     __slots__ = (
+        "_transport",
         "actor",
         "env_list",
         "envs",
@@ -37,8 +38,11 @@ class Worker:
         "index",
         "lost",
         "node_id",
-        "transport",
     )
+
+    #: How many times a worker's transport was set, in any pool: what was made of the
+    #: transports of a pool (`lanes.Lanes`) holds while this stays the same.
+    transports_set = 0
 
     def __init__(self, index: int, actor: Any, envs: range, transport: Transport) -> None:
         self.index, self.actor, self.envs, self.transport = index, actor, envs, transport
@@ -46,6 +50,16 @@ class Worker:
         self.generation = 0
         self.lost = False  # killed without a replacement (a restart failed or was given up)
         self.node_id: str | None = None
+
+    @property
+    def transport(self) -> Transport:
+        """The transport its operations go over (a restart, or a fallback, replaces it)."""
+        return self._transport
+
+    @transport.setter
+    def transport(self, transport: Transport) -> None:
+        self._transport = transport
+        Worker.transports_set += 1
 
 
 class Launcher(Protocol):

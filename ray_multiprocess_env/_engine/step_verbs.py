@@ -17,6 +17,7 @@ import numpy as np
 from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
+from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.records import Batch
@@ -31,6 +32,7 @@ class StepVerbs(FirstReadyVerbs):
     """The step verbs of `Engine` (which provides the attributes of `FirstReadyVerbs`)."""
 
     _lanes: Lanes | None  # the full step's road while all is well
+    _hot: HotPath | None  # `step_envs`'s
 
     def step(
         self,

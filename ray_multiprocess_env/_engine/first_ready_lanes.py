@@ -1,0 +1,244 @@
+"""First-ready `send`/`recv` on the workers' lanes: no ticket, outcome or pickle while all is well.
+
+`FirstReadyLanes.send` writes the actions of whole workers' envs into their rows and rings
+each worker's doorbell (`lanes.Lane`), keeping a `LaneSend` per worker in the call state
+(`CallState.sent`): the lane, the actions, the sequence number. `recv` reads the answers of
+those workers (`read_lane`: a status record; or a reply with its rows in place and one info
+dict per env, SB3's layout) until enough envs are in, and hands their rows out of the store,
+all or nothing under a Ctrl-C: one that lands before the results are made leaves them in
+flight, answered, for the next `recv`.
+
+Anything else hands the calls to the slow path (`FirstReadyVerbs`) untouched (`NotHot`): a
+reply that is not an answer in place (an env error, a death, infos off the columns), the
+deadline, a worker replaced or its pipe broken, a doorbell the socket took only part of,
+owed lost-episode reports, a call the slow path sent. Reading `CallState.in_flight` makes a
+ticket of each `LaneSend` (`LaneSend.ticket`), settled by its answer read already or still
+to come, so the slow path finds the calls as if it had sent them. So does every verb that
+reads the workers' pipes while they are out (`CallState.check_idle` with `in_flight_ok`,
+`Engine._beside_pending`): a reply read with no ticket waiting for it would be dropped.
+"""
+
+from __future__ import annotations
+
+import select
+from collections.abc import Callable
+from typing import Any, cast
+
+import numpy as np
+
+from ray_multiprocess_env._engine.call_state import CallState, State, T
+from ray_multiprocess_env._engine.hot_path import NotHot
+from ray_multiprocess_env._engine.interrupts import DEFERRED
+from ray_multiprocess_env._engine.lanes import Lane, Lanes, lane_ticket, took_reply
+from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.splits import whole_worker_runs
+from ray_multiprocess_env._engine.store import BatchStore
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, timeout_ms
+from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
+
+__all__ = ["FirstReadyLanes", "LaneSend"]
+
+
+class LaneSend:
+    """A first-ready step of all of one worker's envs, rung on its lane with no ticket.
+
+    `code` is its answer as read (`status.code_of`; `NOTHING` until then, `OTHER` for a
+    reply left to its transport's `settle`, `lanes.REPLY` for one in `outcome`).
+    """
+
+    __slots__ = ("chunk", "code", "envs", "lane", "outcome", "seq", "worker")
+
+    def __init__(self, lane: Lane, chunk: Any, seq: int) -> None:
+        self.lane, self.chunk, self.seq = lane, chunk, seq
+        self.worker, self.envs = lane.worker, lane.envs
+        self.code = NOTHING
+        self.outcome: Outcome | None = None
+
+    def ticket(self) -> Ticket:
+        """A ticket that stands for it, settled by its answer (read already, left, or to come).
+
+        Call it with interrupts held back.
+        """
+        ticket = lane_ticket(self.lane, self.chunk, self.seq, self.code, self.outcome)
+        if self.code == OTHER:  # (read and left: now that a ticket stands for it)
+            self.lane.transport.settle()
+        return ticket
+
+
+class FirstReadyLanes:
+    """First-ready `send`/`recv` of one engine on its workers' lanes (module docstring)."""
+
+    def __init__(self, pool: Pool, state: CallState, store: BatchStore, lanes: Lanes) -> None:
+        self._pool, self._state, self._store, self._lanes = pool, state, store, lanes
+        workers = pool.workers
+        self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
+        self._lists = [w.env_list for w in workers]
+        # the lanes the pollers are of, and a poller of the pipes of each set of workers
+        # waited on (a bit per worker), with each descriptor's worker
+        self._polled: Any = None
+        self._pollers: dict[int, tuple[Any, dict[int, int], list[Lane]]] = {}
+
+    def send(self, actions: Any, env_ids: Any) -> bool:
+        """`FirstReadyVerbs.send` of whole workers' envs; False: the slow path's to do."""
+        state = self._state
+        if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
+            return False
+        if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
+            return False  # (owed reports: the slow path has them sent again first)
+        runs = whole_worker_runs(self._lists, self._owner, env_ids)
+        found = None if runs is None else self._lanes.now()
+        if found is None or runs is None:
+            return False
+        lanes, rung = found[0], []
+        for worker, row in runs:
+            lane = lanes[worker]
+            chunk = actions[row : row + len(lane.envs)]
+            if state.has_call_to(worker) or not lane.transport.can_ring(chunk):
+                return False  # (the slow path says why, or sends it with the others)
+            rung.append((lane, chunk))
+        with DEFERRED:  # rung and in flight, or neither
+            sent = [LaneSend(lane, chunk, lane.transport.ring(chunk)) for lane, chunk in rung]
+            state.put_sent(sent)
+        return True
+
+    def recv(self, min_envs: int, deadline: float | None, finish: Callable[[Batch], T]) -> T:
+        """`FirstReadyVerbs.recv` once `min_envs` envs are in; `NotHot`: the slow path's to do.
+
+        What `finish` makes of the batch. The calls in flight are the lanes' sends, and step
+        tickets of the workers' lanes of now (sent by the slow path, read here as its wait
+        would). `NotHot` (nothing taken out of flight) when the wait reaches `deadline`, or
+        when anything in flight or in what came back is not the lanes'. A Ctrl-C in the wait,
+        or while the results are handed out, leaves them in flight.
+        """
+        state = self._state
+        sent, tickets = cast("list[LaneSend]", state.sent), state.ticketed
+        found = None if self._pool.lost_episodes.any else self._lanes.now()
+        if found is None:
+            raise NotHot
+        lanes, key = found[0], 0
+        for item in sent:
+            if item.lane is not lanes[item.worker]:
+                raise NotHot  # (a worker replaced)
+            key |= 1 << item.worker
+        for ticket, kind in tickets:
+            if kind != "step" or ticket.transport is not lanes[ticket.worker].transport:
+                raise NotHot  # (a reset, a worker replaced, a partial reply's rest)
+            key |= 1 << ticket.worker
+        poller, by_fd, polled = self._poller(found, key)
+        for lane in polled:
+            if lane.transport.broken or lane.transport.wants_write:
+                raise NotHot  # (lost, or a doorbell not all written: TCP's rows)
+        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
+            while True:
+                settled = envs_in = 0
+                for item in sent:
+                    if item.code != NOTHING:
+                        settled, envs_in = settled + 1, envs_in + len(item.envs)
+                for ticket, _ in tickets:
+                    if ticket.outcome is not None:
+                        settled, envs_in = settled + 1, envs_in + len(ticket.envs)
+                if envs_in >= min_envs or settled == len(sent) + len(tickets):
+                    break
+                ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
+                if not ready:
+                    raise NotHot  # (at `deadline`: the slow path's wait says so)
+                for fd, _ in ready:
+                    worker = by_fd[fd]
+                    self._read(sent, worker, lanes[worker].transport)
+        return self._hand_out(
+            [item for item in sent if item.code != NOTHING],
+            [ticket for ticket, _ in tickets if ticket.outcome is not None],
+            finish,
+        )
+
+    @staticmethod
+    def _read(sent: list[LaneSend], worker: int, transport: Any) -> None:
+        """Read what came from `worker` on `transport`, readable (interrupts held back).
+
+        The answer to its `LaneSend` if it has one (its `code`), else the replies of its
+        tickets (settled by `read_lane`, or by `settle`, as the slow path's read would).
+        `NotHot` if the answer is not the lanes' (left for the slow path, which finds it), or
+        if the pipe ended.
+        """
+        for item in sent:
+            if item.worker == worker:
+                break
+        else:  # (a worker with tickets in flight)
+            if transport.read_lane() == OTHER and not transport.settle():
+                raise NotHot  # (its end: the slow path's read finds it again)
+            return
+        if item.code != NOTHING:  # (answered, and readable again: its end, most likely;
+            raise NotHot  # left to the slow path's read, which finds it)
+        code = transport.read_lane()
+        if code == OTHER:
+            code, item.outcome, taken = took_reply(transport, item.seq)
+            item.code = code
+            if not taken:
+                raise NotHot
+        elif code != NOTHING:  # (NOTHING: part of a message)
+            item.code = code
+
+    def _hand_out(
+        self, sent: list[LaneSend], tickets: list[Ticket], finish: Callable[[Batch], T]
+    ) -> T:
+        """Take these out of flight and `finish` their batch, all or nothing (as `hand_out`).
+
+        `NotHot` (nothing taken) if a ticket's reply is not in place.
+        """
+        parts: list[tuple[int, Any]] = []
+        old_api, ids = False, []
+        for item in sent:
+            code = item.code
+            if code >= 0:  # (a record: `status.reply_of_code`)
+                parts.append((item.lane.start, (None, code >> 1)))
+                old_api |= bool(code & 1)
+            else:  # (`REPLY`: SB3's layout)
+                reply = item.outcome.value  # type: ignore[union-attr]  # (taken: answered)
+                parts.append((item.lane.start, reply[4]))
+                old_api |= reply[5]
+            ids.append(item.envs)
+        for ticket in tickets:
+            outcome: Any = ticket.outcome
+            reply = outcome.value if outcome.ok else None
+            if type(reply) is not tuple or reply[0] is not None:
+                raise NotHot
+            infos = reply[4]
+            if type(infos) is not dict and (
+                type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
+            ):
+                raise NotHot
+            parts.append((self._lists[ticket.worker][0], infos))
+            old_api |= reply[5]
+            ids.append(ticket.envs)
+        if len(ids) == 1 and type(ids[0]) is range:  # (one worker's envs: the usual)
+            env_ids = np.arange(ids[0].start, ids[0].stop, dtype=np.int64)
+        else:
+            env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
+        state, taken, put = self._state, False, []
+        try:
+            with DEFERRED:  # (a Ctrl-C meanwhile is raised as it ends: caught below)
+                put = state.take(tickets) if tickets else []
+                state.take_sent(sent)
+                taken = True
+                return finish(self._store.rows_of(env_ids, parts, old_api))
+        except KeyboardInterrupt:
+            if taken:  # (answered: the next `recv` hands them out)
+                with DEFERRED:
+                    state.put_in_flight(put)
+                    state.put_sent(sent)
+            raise
+
+    def _poller(self, found: Any, key: int) -> tuple[Any, dict[int, int], list[Lane]]:
+        """A poller of the pipes of the workers in `key` (a bit each), fd -> worker, lanes."""
+        if found is not self._polled:  # (new lanes: a worker was replaced)
+            self._polled, self._pollers = found, {}
+        poller = self._pollers.get(key)
+        if poller is None:
+            lanes = [lane for lane in found[0] if key >> lane.worker & 1]
+            poll, by_fd = select.poll(), {}
+            for lane in lanes:
+                poll.register(lane.transport.fileno(), select.POLLIN)
+                by_fd[lane.transport.fileno()] = lane.worker
+            poller = self._pollers[key] = (poll, by_fd, lanes)
+        return poller
