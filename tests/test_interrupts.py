@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, LaneSend
 from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes, LaneStep
+from ray_multiprocess_env._engine.lanes import Lanes, LaneStep, lane_ticket, took_reply
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env._engine.transports.tcp import TcpTransport
@@ -89,6 +89,21 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     TcpTransport.read_lane,
     PipeTransport.adopt,
     PipeTransport.settle,
+]
+
+
+#: Where `recv` hands the calls the lanes sent to the slow path (an env raised in one).
+RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
+    FirstReadyLanes.recv,
+    FirstReadyLanes._read,
+    took_reply,
+    PipeTransport.take_reply,
+    CallState.make_tickets,
+    LaneSend.ticket,
+    lane_ticket,
+    PipeTransport.adopt,
+    PipeTransport.settle,
+    FirstReadyVerbs.recv,
 ]
 
 
@@ -209,6 +224,36 @@ def test_ctrl_c_at_any_line_of_a_step_taken_over_by_the_slow_path_gives_it_up(tr
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_at_any_line_of_a_recv_the_slow_path_takes_over_loses_no_result(transport):
+    """Ctrl-C anywhere while `recv` hands a reply it cannot read to the slow path.
+
+    Env 0 raises, so worker 0's reply is a pickle the lanes leave to the slow path: the other
+    envs' results still come back exactly once, and the calls after it work.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds(RECV_TAKE_OVER_CODE):
+            before = _counts(envs)
+            envs.send(np.array([-1, 1, 1, 1]), [0, 1, 2, 3])  # (env 0 raises)
+            received: dict[int, float] = {}
+            fired: list[bool] = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    _recv_into(envs, received)
+            fired_in += bool(fired)
+            while envs._engine.busy_envs():  # (private) what is still in flight comes back
+                _recv_into(envs, received)
+            expected = {env: before[env] + 1 for env in (1, 2, 3)}
+            assert received == expected, (function, line)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+        before = _counts(envs)
+        obs = envs.step(np.ones(4, dtype=np.int64))[0]
+        assert obs[:, 0].tolist() == [count + 1 for count in before]
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
 def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transport):
     """Ctrl-C anywhere in a reset (or in holding interrupts back): the next calls all work."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
@@ -225,6 +270,15 @@ def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transpor
             stepped = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
             assert stepped == [c + 1 for c in seeded], (function, line)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
+
+
+def _recv_into(envs: Any, received: dict[int, float]) -> None:
+    """`recv` each env's observation into `received` (an env error raised: none of it)."""
+    with contextlib.suppress(RemoteEnvError):
+        obs, *_, infos = envs.recv()
+        for env, value in zip(_ids(infos), obs[:, 0].tolist(), strict=True):
+            assert env not in received, f"env {env} came back twice"
+            received[env] = value
 
 
 def _counts(envs: Any) -> list[float]:

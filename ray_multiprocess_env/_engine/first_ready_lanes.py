@@ -77,7 +77,7 @@ class FirstReadyLanes:
         # the lanes the pollers are of, and a poller of the pipes of each set of workers
         # waited on (a bit per worker), with each descriptor's worker
         self._polled: Any = None
-        self._pollers: dict[int, tuple[Any, dict[int, int], list[Lane]]] = {}
+        self._pollers: dict[int, tuple[Any, dict[int, int]]] = {}
 
     def send(self, actions: Any, env_ids: Any) -> bool:
         """`FirstReadyVerbs.send` of whole workers' envs; False: the slow path's to do."""
@@ -118,34 +118,42 @@ class FirstReadyLanes:
             raise NotHot
         lanes, key = found[0], 0
         for item in sent:
-            if item.lane is not lanes[item.worker]:
-                raise NotHot  # (a worker replaced)
+            lane = item.lane
+            if lane is not lanes[item.worker] or lane.transport.broken:
+                raise NotHot  # (a worker replaced, or lost)
+            if lane.transport.wants_write:
+                raise NotHot  # (a doorbell not all written: TCP's rows)
             key |= 1 << item.worker
         for ticket, kind in tickets:
-            if kind != "step" or ticket.transport is not lanes[ticket.worker].transport:
+            transport: Any = lanes[ticket.worker].transport
+            if transport.broken or transport.wants_write:
+                raise NotHot  # (lost, or a message not all written)
+            if kind != "step" or ticket.transport is not transport:
                 raise NotHot  # (a reset, a worker replaced, a partial reply's rest)
             key |= 1 << ticket.worker
-        poller, by_fd, polled = self._poller(found, key)
-        for lane in polled:
-            if lane.transport.broken or lane.transport.wants_write:
-                raise NotHot  # (lost, or a doorbell not all written: TCP's rows)
+        poller, by_fd = self._poller(found, key)
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
-            while True:
-                settled = envs_in = 0
-                for item in sent:
-                    if item.code != NOTHING:
-                        settled, envs_in = settled + 1, envs_in + len(item.envs)
-                for ticket, _ in tickets:
-                    if ticket.outcome is not None:
-                        settled, envs_in = settled + 1, envs_in + len(ticket.envs)
-                if envs_in >= min_envs or settled == len(sent) + len(tickets):
-                    break
-                ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
-                if not ready:
-                    raise NotHot  # (at `deadline`: the slow path's wait says so)
-                for fd, _ in ready:
-                    worker = by_fd[fd]
-                    self._read(sent, worker, lanes[worker].transport)
+            try:
+                while True:
+                    settled = envs_in = 0
+                    for item in sent:
+                        if item.code != NOTHING:
+                            settled, envs_in = settled + 1, envs_in + len(item.envs)
+                    for ticket, _ in tickets:
+                        if ticket.outcome is not None:
+                            settled, envs_in = settled + 1, envs_in + len(ticket.envs)
+                    if envs_in >= min_envs or settled == len(sent) + len(tickets):
+                        break
+                    timeout = None if deadline is None else timeout_ms(deadline)
+                    ready = DEFERRED.poll(poller, timeout)
+                    if not ready:
+                        raise NotHot  # (at `deadline`: the slow path's wait says so)
+                    for fd, _ in ready:
+                        worker = by_fd[fd]
+                        self._read(sent, worker, lanes[worker].transport)
+            except NotHot:  # (what was read goes to tickets before a Ctrl-C can land)
+                state.make_tickets()
+                raise
         return self._hand_out(
             [item for item in sent if item.code != NOTHING],
             [ticket for ticket, _ in tickets if ticket.outcome is not None],
@@ -229,16 +237,16 @@ class FirstReadyLanes:
                     state.put_sent(sent)
             raise
 
-    def _poller(self, found: Any, key: int) -> tuple[Any, dict[int, int], list[Lane]]:
-        """A poller of the pipes of the workers in `key` (a bit each), fd -> worker, lanes."""
+    def _poller(self, found: Any, key: int) -> tuple[Any, dict[int, int]]:
+        """A poller of the pipes of the workers in `key` (a bit each), and fd -> worker."""
         if found is not self._polled:  # (new lanes: a worker was replaced)
             self._polled, self._pollers = found, {}
         poller = self._pollers.get(key)
         if poller is None:
-            lanes = [lane for lane in found[0] if key >> lane.worker & 1]
             poll, by_fd = select.poll(), {}
-            for lane in lanes:
-                poll.register(lane.transport.fileno(), select.POLLIN)
-                by_fd[lane.transport.fileno()] = lane.worker
-            poller = self._pollers[key] = (poll, by_fd, lanes)
+            for lane in found[0]:
+                if key >> lane.worker & 1:
+                    poll.register(lane.transport.fileno(), select.POLLIN)
+                    by_fd[lane.transport.fileno()] = lane.worker
+            poller = self._pollers[key] = (poll, by_fd)
         return poller

@@ -148,13 +148,11 @@ class Lanes:
         made = Worker.transports_set
         if made == self._made:
             return self._lanes
-        workers = self._pool.workers
-        transports = [worker.transport for worker in workers]
-        if not all_hot(transports):
-            return None
-        lanes = self._lanes[0]
-        if [lane.transport for lane in lanes] != transports:  # (by identity, then `==`)
-            lanes = [Lane(worker) for worker in workers]
+        transports = [worker.transport for worker in self._pool.workers]
+        if [lane.transport for lane in self._lanes[0]] != transports:  # (by identity)
+            if not all_hot(transports):
+                return None  # (looked at again at the next call)
+            lanes = [Lane(worker) for worker in self._pool.workers]
             poller, by_fd = select.poll(), {}
             for i, lane in enumerate(lanes):
                 by_fd[lane.transport.fileno()] = i
