@@ -27,7 +27,7 @@ from typing import Any, cast
 import numpy as np
 
 from ray_multiprocess_env._engine.call_state import CallState, State, T
-from ray_multiprocess_env._engine.hot_path import NotHot
+from ray_multiprocess_env._engine.hot_path import NotHot, ticket_parts
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes, lane_ticket, took_reply
 from ray_multiprocess_env._engine.pool import Pool
@@ -206,19 +206,13 @@ class FirstReadyLanes:
                 parts.append((item.lane.start, reply[4]))
                 old_api |= reply[5]
             ids.append(item.envs)
-        for ticket in tickets:
-            outcome: Any = ticket.outcome
-            reply = outcome.value if outcome.ok else None
-            if type(reply) is not tuple or reply[0] is not None:
+        if tickets:  # (the slow path's, read here: their replies must be in place too)
+            found = ticket_parts(tickets, self._lists)
+            if found is None:
                 raise NotHot
-            infos = reply[4]
-            if type(infos) is not dict and (
-                type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
-            ):
-                raise NotHot
-            parts.append((self._lists[ticket.worker][0], infos))
-            old_api |= reply[5]
-            ids.append(ticket.envs)
+            parts += found[0]
+            old_api |= found[1]
+            ids += [ticket.envs for ticket in tickets]
         if len(ids) == 1 and type(ids[0]) is range:  # (one worker's envs: the usual)
             env_ids = np.arange(ids[0].start, ids[0].stop, dtype=np.int64)
         else:

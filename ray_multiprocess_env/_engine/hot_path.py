@@ -36,7 +36,7 @@ from ray_multiprocess_env._engine.transports.base import (
 )
 from ray_multiprocess_env._engine.transports.shared_memory import OTHER
 
-__all__ = ["HotPath", "NotHot"]
+__all__ = ["HotPath", "NotHot", "ticket_parts"]
 
 
 class NotHot(Exception):
@@ -131,29 +131,7 @@ class HotPath:
         except BaseException:
             _give_up(tickets)
             raise
-        return self._parts(tickets)
-
-    def _parts(self, tickets: list[Ticket]) -> tuple[list[tuple[int, Any]], bool] | None:
-        """``(first env, infos)`` per ticket and whether an env spoke old gym's API.
-
-        None unless every ticket answered well with a reply the hot path takes: its rows in
-        shared memory, and no info pieces to merge (batched infos all in their columns, or one
-        dict per env, SB3's layout).
-        """
-        parts, old_api, lists = [], False, self._lists
-        for ticket in tickets:
-            outcome = ticket.outcome
-            reply = outcome.value if outcome is not None and outcome.ok else None
-            if type(reply) is not tuple or reply[0] is not None:
-                return None
-            infos = reply[4]
-            if type(infos) is not dict and (
-                type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
-            ):
-                return None
-            parts.append((lists[ticket.worker][0], infos))
-            old_api |= reply[5]
-        return parts, old_api
+        return ticket_parts(tickets, self._lists)
 
     def replies(self, call: Call, deadline: float | None) -> list[Any] | None:
         """One reply per worker (None where not called) once `call` (a reset) answered well.
@@ -229,3 +207,28 @@ def _give_up(tickets: list[Ticket]) -> None:
     for ticket in tickets:
         if ticket.outcome is None and ticket.transport is not None:
             ticket.transport.forget(ticket)
+
+
+def ticket_parts(
+    tickets: list[Ticket], env_lists: list[list[int]]
+) -> tuple[list[tuple[int, Any]], bool] | None:
+    """``(first env of its worker, infos)`` per ticket and whether an env spoke old gym's API.
+
+    None unless every ticket answered well with a reply the hot path takes: its rows in
+    shared memory, and no info pieces to merge (batched infos all in their columns, or one
+    dict per env, SB3's layout). `env_lists`: each worker's envs.
+    """
+    parts, old_api = [], False
+    for ticket in tickets:
+        outcome = ticket.outcome
+        reply = outcome.value if outcome is not None and outcome.ok else None
+        if type(reply) is not tuple or reply[0] is not None:
+            return None
+        infos = reply[4]
+        if type(infos) is not dict and (
+            type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
+        ):
+            return None
+        parts.append((env_lists[ticket.worker][0], infos))
+        old_api |= reply[5]
+    return parts, old_api
