@@ -39,15 +39,20 @@ _SENDER = """
 import os, random, signal, sys, time
 import numpy as np
 pid, path, seed, most = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-flags = np.memmap(path, dtype=np.int64, mode="r+", shape=(3,))  # armed, stop, sent
+flags = np.memmap(path, dtype=np.int64, mode="r+", shape=(5,))  # armed, stop, sent, asked, seen
 rng = random.Random(seed)
 while not flags[1]:
-    time.sleep(rng.uniform(0, most))
-    if flags[0] == 1:
-        flags[0] = 2  # (sending: the main process waits for 0 or 3 before it disarms)
+    wake = time.monotonic() + rng.uniform(0, most)
+    while True:  # (in slices of 0.2 ms: a `settle` waits for the next)
+        asked = flags[3]  # (read before `armed`: see `_Sender.settle`)
+        if time.monotonic() >= wake:
+            break
+        flags[4] = asked
+        time.sleep(min(0.0002, most))
+    if flags[0]:
         os.kill(pid, signal.SIGINT)
         flags[2] += 1
-        flags[0] = 3
+    flags[4] = asked
 """
 
 
@@ -63,7 +68,7 @@ class _Sender:
             dir="/dev/shm" if os.path.isdir("/dev/shm") else None
         )
         path = os.path.join(self._folder.name, "flags")
-        self._flags = np.memmap(path, dtype=np.int64, mode="w+", shape=(3,))
+        self._flags = np.memmap(path, dtype=np.int64, mode="w+", shape=(5,))
         args = [str(os.getpid()), path, str(seed), str(most_ms / 1000)]
         self._process = subprocess.Popen([sys.executable, "-c", _SENDER, *args])
 
@@ -75,11 +80,22 @@ class _Sender:
         self._flags[0] = 1
 
     def disarm(self) -> None:
-        """Stop sending; returns once no signal is on its way."""
+        """Stop sending (one may still be on its way: `settle` waits for it)."""
+        self._flags[0] = 0
+
+    def settle(self) -> None:
+        """Stop sending; returns once the sender has seen it (no signal is on its way).
+
+        The sender reads the count of these before it looks at `armed`: once it echoes the
+        count written after `armed` went to 0, that look saw 0, and every signal it sent
+        before has landed here (a kill from another process is delivered at once).
+        """
         flags = self._flags
-        while flags[0] == 2:  # (being sent; once sent, it may still land after this)
-            time.sleep(0)
         flags[0] = 0
+        flags[3] += 1
+        ends = time.monotonic() + 10.0  # (a sender gone: nothing more is on its way)
+        while flags[4] != flags[3] and time.monotonic() < ends:  # (no `Popen.poll` here: a
+            time.sleep(0)  # SIGINT inside it can leave its lock held, and `stop` waits on it)
 
     def stop(self) -> None:
         self._flags[0], self._flags[1] = 0, 1
@@ -189,7 +205,7 @@ def soak(face: str, signals: int, seed: int = 0, most_ms: float = 3.0) -> dict[s
                 except KeyboardInterrupt:
                     interrupted = True
             try:
-                sender.disarm()
+                sender.settle()
                 if failed is not None:
                     raise failed
                 if interrupted:
