@@ -8,12 +8,13 @@ dict per env, SB3's layout) until enough envs are in, and hands their rows out o
 all or nothing under a Ctrl-C: one that lands before the results are made leaves them in
 flight, answered, for the next `recv`.
 
-Anything else hands the calls to the slow path (`FirstReadyVerbs`) untouched (`NotHot`): a
-reply that is not an answer in place (an env error, a death, infos off the columns), the
-deadline, a worker replaced or its pipe broken, a doorbell the socket took only part of,
-owed lost-episode reports, a call the slow path sent. Reading `CallState.in_flight` makes a
+Anything else hands the calls to the slow path (`FirstReadyVerbs`), none taken out of flight
+(`NotHot`): a reply that is not an answer in place (an env error, a death, infos off the
+columns), the deadline, a worker replaced or its pipe broken, a doorbell the socket took only
+part of, owed lost-episode reports, a reset in flight. Reading `CallState.in_flight` makes a
 ticket of each `LaneSend` (`LaneSend.ticket`), settled by its answer read already or still
-to come, so the slow path finds the calls as if it had sent them. So does every verb that
+to come, so the slow path finds the calls as if it had sent them (a `recv` that gives up
+after reading makes them at once, before a Ctrl-C can land). So does every verb that
 reads the workers' pipes while they are out (`CallState.check_idle` with `in_flight_ok`,
 `Engine._beside_pending`): a reply read with no ticket waiting for it would be dropped.
 """
