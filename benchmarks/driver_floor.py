@@ -24,7 +24,10 @@ working between turns. It also counts the Python bytecodes the face and the engi
 ``--first-ready`` counts instead the bytecodes of the face's first-ready round trip: a
 ``recv(batch_size=k)`` and the ``send`` of new actions to the envs it handed back, as an
 envpool-style loop runs them (a worker's envs come back together, so a `recv` may hand back
-more than one worker's). The count includes the loop's own (about 50 bytecodes).
+more than one worker's). The count includes the loop's own (about 50 bytecodes). How many
+workers a `recv` hands back depends on timing, so the count does too; ``--first-ready
+--fixed`` counts two loops where it does not: one worker of `k` envs (``recv(batch_size=k)``
+always hands back that worker), and 2 workers of `k` with ``recv()`` waiting for both.
 """
 
 from __future__ import annotations
@@ -180,6 +183,33 @@ def first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, Any]:
         env.close()
 
 
+def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
+    """Bytecodes per first-ready round trip, each `recv` handing back every worker's envs.
+
+    ``{"1 worker": ..., "2 workers": ...}``: the count does not depend on timing.
+    """
+    out = {}
+    for workers, label in ((1, "1 worker"), (2, "2 workers")):
+        env = make_vector_env(env_id, workers * k, num_workers=workers, seed=0)
+        try:
+            env.reset(seed=0)
+            space = env.single_action_space
+            actions = np.zeros((workers * k, *space.shape), dtype=space.dtype)
+
+            def loop(count: int, at: int, env: Any = env, actions: Any = actions) -> None:
+                for _ in range(count):
+                    ids = env.recv()[-1]["env_id"]  # (all in flight: every worker's)
+                    env.send(actions[: len(ids)], ids)
+
+            env.send(actions, np.arange(workers * k))
+            loop(100, 0)  # (warm)
+            out[label] = sum(_bytecodes(loop, max(rounds, 1)).values())
+            env.recv()
+        finally:
+            env.close()
+    return out
+
+
 def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
     """The result as markdown rows."""
     bare = result["bare"]
@@ -205,8 +235,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--functions", type=int, default=0, help="list the face's top N")
     parser.add_argument("--first-ready", action="store_true", help="count recv + send instead")
+    parser.add_argument("--fixed", action="store_true", help="with --first-ready: see above")
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    if args.first_ready and args.fixed:
+        try:
+            counts = fixed_first_ready_bytecodes(args.env, args.k, args.rounds)
+        finally:
+            ray.shutdown()
+        for label, ops in counts.items():
+            print(f"{args.env}, {label} x {args.k}, `recv()` + `send`: {ops:,.0f} bytecodes")
+        return
     try:
         if args.first_ready:
             result = first_ready_bytecodes(args.env, args.k, args.rounds)
