@@ -17,7 +17,7 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine import first_ready_lanes, hot_path
+from ray_multiprocess_env._engine import first_ready_lanes
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env._protocol.shared_layout import write_actions
@@ -304,7 +304,7 @@ def test_a_dead_worker_outside_the_calls_leaves_them_on_the_hot_path(monkeypatch
     def spy(self, min_envs, deadline, finish):
         try:
             out = recv(self, min_envs, deadline, finish)
-        except hot_path.NotHot:  # (the slow path's to do)
+        except first_ready_lanes.NotHot:  # (the slow path's to do)
             answered.append(False)
             raise
         answered.append(True)

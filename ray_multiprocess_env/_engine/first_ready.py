@@ -25,8 +25,7 @@ from ray_multiprocess_env._engine.calls import (
     reset_kwargs,
     ticket_positions,
 )
-from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
-from ray_multiprocess_env._engine.hot_path import NotHot
+from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec

@@ -28,7 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from ray_multiprocess_env._engine.call_state import CallState, State, T
-from ray_multiprocess_env._engine.hot_path import NotHot, ticket_parts
+from ray_multiprocess_env._engine.hot_path import ticket_parts
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes, lane_ticket, took_reply
 from ray_multiprocess_env._engine.pool import Pool
@@ -38,7 +38,11 @@ from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, timeout_ms
 from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
 
-__all__ = ["FirstReadyLanes", "LaneSend"]
+__all__ = ["FirstReadyLanes", "LaneSend", "NotHot"]
+
+
+class NotHot(Exception):
+    """A first-ready `recv` is the slow path's to do (nothing was taken out of flight)."""
 
 
 class LaneSend:

@@ -12,7 +12,7 @@ The full step goes on the workers' lanes (`lanes.py`), and so do first-ready `se
 (`first_ready_lanes.py`), with no tickets. The verbs here send a `Ticket` per worker, so a
 timeout, a Ctrl-C, `close` or the next call of any verb sees it; they read the answers as the
 lanes do (`read_lane`), and each method here either does all of its work or hands the call to
-the slow path untouched (None, or `NotHot`).
+the slow path untouched (None).
 """
 
 from __future__ import annotations
@@ -36,11 +36,7 @@ from ray_multiprocess_env._engine.transports.base import (
 )
 from ray_multiprocess_env._engine.transports.shared_memory import OTHER
 
-__all__ = ["HotPath", "NotHot", "ticket_parts"]
-
-
-class NotHot(Exception):
-    """A first-ready `recv` is the slow path's to do (nothing was taken out of flight)."""
+__all__ = ["HotPath", "ticket_parts"]
 
 
 class HotPath:
@@ -126,7 +122,7 @@ class HotPath:
         replies are dropped when they come) and is raised.
         """
         try:
-            if not self._waited(tickets, self._pool.num_envs, deadline):
+            if not self._waited(tickets, deadline):
                 return None
         except BaseException:
             _give_up(tickets)
@@ -166,8 +162,8 @@ class HotPath:
         answers = self._answers(call.tickets, deadline)
         return None if answers is None else self._store.rows_of(env_ids, *answers)
 
-    def _waited(self, tickets: list[Ticket], min_envs: int, deadline: float | None) -> bool:
-        """Read the `tickets`' pipes until `min_envs` envs of theirs are in (or all of them).
+    def _waited(self, tickets: list[Ticket], deadline: float | None) -> bool:
+        """Read the `tickets`' pipes until every one of them is settled.
 
         False (the slow path's to wait) unless every ticket is on its worker's hot transport
         of now; at `deadline`; or if one of their pipes broke or has a message to write.
@@ -186,12 +182,11 @@ class HotPath:
         count = len(tickets)
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             while True:
-                settled = envs_in = 0
+                settled = 0
                 for ticket in tickets:
                     if ticket.outcome is not None:
                         settled += 1
-                        envs_in += len(ticket.envs)
-                if envs_in >= min_envs or settled == count:
+                if settled == count:
                     return True
                 ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
                 if not ready:
