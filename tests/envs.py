@@ -289,6 +289,14 @@ class ShiftingInfoEnv(gym.Env[np.ndarray, int]):
         return np.array([x, self.t]), float(action), done, False, info
 
 
+class OddInfoEnv(FlakyEnv):
+    """A `FlakyEnv` whose step info has ``odd`` (1) while its count is odd, nothing else."""
+
+    def step(self, action: int):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {"odd": 1} if self.count % 2 else info
+
+
 class InPlaceEnv(FlakyEnv):
     """Changes what it is given in place, as envs may.
 

@@ -21,9 +21,15 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, LaneSend
-from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes, LaneStep, lane_ticket, took_reply
+from ray_multiprocess_env._engine.lanes import (
+    LaneCall,
+    Lanes,
+    LaneSet,
+    answer_part,
+    lane_ticket,
+    took_reply,
+)
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env._engine.transports.tcp import TcpTransport
@@ -69,8 +75,8 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine._wait_step,
     Lanes.launch,
     Lanes.wait,
-    Lanes._batch,
-    LaneStep.tickets,
+    Lanes.batch,
+    LaneCall.tickets,
     SharedMemoryTransport.read_lane,
     TcpTransport.read_lane,
     type(DEFERRED).poll,
@@ -84,7 +90,7 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Lanes.wait,
     Lanes._took_reply,
     PipeTransport.take_reply,
-    LaneStep.tickets,
+    LaneCall.tickets,
     SharedMemoryTransport.read_lane,
     TcpTransport.read_lane,
     PipeTransport.adopt,
@@ -107,14 +113,31 @@ RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
 ]
 
 
-#: Where a reset is sent, waited for on the hot path, and where interrupts are held back.
+#: Where a reset is sent, waited for on the lanes, and where interrupts are held back.
 RESET_CODE: list[Callable[..., Any]] = [
     Engine.reset,
     Engine._run_reset,
-    HotPath.replies,
-    HotPath._answers,
+    Lanes.launch_reset,
+    LaneSet.polled,
+    SharedMemoryTransport.post,
+    Lanes.wait,
+    Lanes.replies,
     type(DEFERRED).__enter__,
     type(DEFERRED).__exit__,
+]
+
+
+#: Where a step of some workers' envs (Tianshou's `step(action, id)`) goes on the lanes.
+STEP_ENVS_CODE: list[Callable[..., Any]] = [
+    Engine.step_envs,
+    Lanes.launch,
+    LaneSet.polled,
+    SharedMemoryTransport.ring,
+    SharedMemoryTransport.post,
+    Lanes.wait,
+    Lanes.batch,
+    answer_part,
+    hand_out,
 ]
 
 
@@ -269,6 +292,27 @@ def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transpor
             assert envs.reset(seed=7)[0][:, 0].tolist() == seeded, (function, line)
             stepped = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
             assert stepped == [c + 1 for c in seeded], (function, line)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_at_any_line_of_a_step_of_some_workers_gives_the_step_up(transport):
+    """Ctrl-C anywhere in a step of whole workers' envs: the next reset and steps all work."""
+    from ray_multiprocess_env import TianshouVectorEnv
+
+    envs = TianshouVectorEnv([FlakyEnv] * 6, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds(STEP_ENVS_CODE):
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.step(np.array([1, 1, 1, 1]), [4, 5, 0, 1])
+            fired_in += bool(fired)
+            assert envs.reset()[0][:, 0].tolist() == [0.0] * 6, (function, line)
+            obs = envs.step(np.array([1, 2, 2, 1]), [4, 5, 0, 1])[0]
+            assert obs[:, 0].tolist() == [1.0, 2.0, 2.0, 1.0], (function, line)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
 
 

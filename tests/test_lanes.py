@@ -1,6 +1,6 @@
 """The full step and first-ready `send`/`recv` on the lanes, where the slow path takes over.
 
-A step on the lanes has no tickets until something needs them (`lanes.LaneStep.tickets`,
+A step on the lanes has no tickets until something needs them (`lanes.LaneCall.tickets`,
 `first_ready_lanes.LaneSend.ticket`). These are the moments when a reply could be read by
 nobody's ticket, or a step could wait for an answer to a message not all written: a worker
 that answered and then died while the other still steps, a verb that reads the workers'
@@ -21,9 +21,9 @@ import socket
 import numpy as np
 import pytest
 
-from ray_multiprocess_env import GymnasiumVectorEnv
+from ray_multiprocess_env import GymnasiumVectorEnv, TianshouVectorEnv
 from ray_multiprocess_env._engine.lanes import Lanes
-from tests.envs import BigActionEnv, FlakyEnv
+from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
 from tests.helpers import assert_killed, transport_kinds, worker_pids
 from tests.interrupts import Gate
 
@@ -114,8 +114,8 @@ def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkey
     """
     launch, rung = Lanes.launch, []
 
-    def spy(self, actions, label):
-        call = launch(self, actions, label)
+    def spy(self, actions, label, env_ids=None):
+        call = launch(self, actions, label, env_ids)
         rung.append(call is not None)
         return call
 
@@ -144,6 +144,41 @@ def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkey
         assert rung[-1], "steps after the restart stay on the slow path"
         assert obs[:, 0].tolist() == [1.0, 1.0, 4.0, 4.0]  # (its first step was an autoreset)
         assert transport_kinds(envs) == [_KINDS[transport]] * 2
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_resets_and_steps_of_some_workers_go_on_the_lanes_with_the_slow_paths_results(
+    transport, monkeypatch
+):
+    """A reset (of all envs, or some) and a step of whole workers' envs take the lanes.
+
+    Their results are those of Ray calls (no lanes), whatever order the workers come in and
+    whichever info columns each worker wrote (worker 2's envs have ``odd``, worker 0's not).
+    """
+    wait, roads = Lanes.wait, []
+
+    def spy(self, call, deadline):
+        went = wait(self, call, deadline)
+        roads.append((call.op, went))
+        return went
+
+    monkeypatch.setattr(Lanes, "wait", spy)
+    results, made = {}, 0
+    for kind in (transport, "ray"):
+        envs = TianshouVectorEnv([OddInfoEnv] * 6, envs_per_worker=2, transport=kind)
+        with contextlib.closing(envs):
+            got: list = [envs.reset(seed=5)[0], envs.reset([3, 2])[0]]
+            envs.reset()
+            envs.step(np.array([1, 1, 0, 0, 1, 1]))  # (the column of ``odd`` is made)
+            made = made or len(roads)
+            obs, _, _, _, infos = envs.step(np.array([0, 0, 1, 1]), [4, 5, 0, 1])
+            results[kind] = [*got, obs, [dict(info) for info in infos]]
+    assert roads[:2] == [("reset", True), ("reset", True)]
+    assert roads[made:] == [("step", True)]  # (the Ray calls' have no lanes)
+    for ours, theirs in zip(results[transport], results["ray"], strict=True):
+        np.testing.assert_equal(ours, theirs)
+    marked = [{"env_id": env, "odd": 1} for env in (4, 5)]
+    assert results["ray"][-1] == [*marked, {"env_id": 0}, {"env_id": 1}]
 
 
 def test_a_tcp_doorbell_the_socket_takes_only_part_of_is_written_in_full():

@@ -43,7 +43,7 @@ class State(enum.Enum):
 
 
 class LazyTickets(Protocol):
-    """A step sent with no tickets (`lanes.LaneStep`): they are made when needed."""
+    """A step or reset sent with no tickets (`lanes.LaneCall`): they are made when needed."""
 
     @property
     def made(self) -> bool:
@@ -71,8 +71,8 @@ class LaneSent(Protocol):
 class Call:
     """One operation launched on some workers: a ticket per worker.
 
-    A step the hot path sent on its lanes (`lanes`) has no tickets until something other
-    than the hot path looks at them: then `tickets` makes them, each settled by its reply.
+    A step or reset sent on the workers' lanes (`lanes`) has no tickets until something
+    other than the lanes looks at them: then `tickets` makes them, each settled by its reply.
     """
 
     __slots__ = ("_tickets", "label", "lanes", "op")

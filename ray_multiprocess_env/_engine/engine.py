@@ -34,7 +34,6 @@ from ray_multiprocess_env._engine.calls import (
     reset_positions,
 )
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
-from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import Options
@@ -83,7 +82,6 @@ class Engine(StepVerbs):
         self._state = CallState(name, pool.num_envs)
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
-        self._hot: HotPath | None = None
         self._lanes: Lanes | None = None
         self._ready_lanes: FirstReadyLanes | None = None
         self._workers_here = 0  # worker processes on the driver's node (`driver_threads`)
@@ -110,7 +108,6 @@ class Engine(StepVerbs):
                 hot = any(w.transport.hot for w in pool.workers)
                 self._store.use_columns = hot and shared_memory_supported()
                 if hot:
-                    self._hot = HotPath(pool, self._store)
                     self._lanes = Lanes(pool, self._store)
                     self._ready_lanes = FirstReadyLanes(pool, self._state, self._store, self._lanes)
             here = _here()
@@ -227,11 +224,14 @@ class Engine(StepVerbs):
         return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
     def _run_reset(self, args: list[tuple[Any, ...] | None], label: str) -> list[Any]:
-        """The workers' replies to a reset: the hot path's wait while all goes well."""
-        call = self._calls.launch("reset", args, label)
-        hot, deadline = self._hot, deadline_in(self._pool.options.timeout)
-        replies = None if hot is None else hot.replies(call, deadline)
-        return self._calls.wait(call, deadline=deadline) if replies is None else replies
+        """The workers' replies to a reset: on their lanes while all goes well."""
+        lanes, deadline = self._lanes, deadline_in(self._pool.options.timeout)
+        call = None if lanes is None else lanes.launch_reset(args, label)
+        if call is None:
+            call = self._calls.launch("reset", args, label)
+        elif lanes is not None and lanes.wait(call, deadline):
+            return lanes.replies(call)
+        return self._calls.wait(call, deadline=deadline)
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(
@@ -347,7 +347,7 @@ class Engine(StepVerbs):
     def _release_memory(self) -> None:
         """Release the shared memory, even where a failure's traceback still holds views."""
         store, self._store, self._pool.shared = self._store, None, None
-        self._hot = self._lanes = self._ready_lanes = None
+        self._lanes = self._ready_lanes = None
         if store is not None and not store.close():
             gc.collect()  # e.g. a reference cycle of a dead worker's error
             if not store.close():

@@ -21,16 +21,14 @@ reads the workers' pipes while they are out (`CallState.check_idle` with `in_fli
 
 from __future__ import annotations
 
-import select
 from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
 
 from ray_multiprocess_env._engine.call_state import CallState, State, T
-from ray_multiprocess_env._engine.hot_path import ticket_parts
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lane, Lanes, lane_ticket, took_reply
+from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket, took_reply
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
@@ -65,7 +63,7 @@ class LaneSend:
 
         Call it with interrupts held back.
         """
-        ticket = lane_ticket(self.lane, self.chunk, self.seq, self.code, self.outcome)
+        ticket = lane_ticket(self.lane, "step", self.chunk, self.seq, self.code, self.outcome)
         if self.code == OTHER:  # (read and left: now that a ticket stands for it)
             self.lane.transport.settle()
         return ticket
@@ -79,10 +77,6 @@ class FirstReadyLanes:
         workers = pool.workers
         self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
         self._lists = [w.env_list for w in workers]
-        # the lanes the pollers are of, and a poller of the pipes of each set of workers
-        # waited on (a bit per worker), with each descriptor's worker
-        self._polled: Any = None
-        self._pollers: dict[int, tuple[Any, dict[int, int]]] = {}
 
     def send(self, actions: Any, env_ids: Any) -> bool:
         """`FirstReadyVerbs.send` of whole workers' envs; False: the slow path's to do."""
@@ -95,7 +89,7 @@ class FirstReadyLanes:
         found = None if runs is None else self._lanes.now()
         if found is None or runs is None:
             return False
-        lanes, rung = found[0], []
+        lanes, rung = found.lanes, []
         for worker, row in runs:
             lane = lanes[worker]
             chunk = actions[row : row + len(lane.envs)]
@@ -121,7 +115,7 @@ class FirstReadyLanes:
         found = None if self._pool.lost_episodes.any else self._lanes.now()
         if found is None:
             raise NotHot
-        lanes, key = found[0], 0
+        lanes, key = found.lanes, 0
         for item in sent:
             lane = item.lane
             if lane is not lanes[item.worker] or lane.transport.broken:
@@ -136,7 +130,7 @@ class FirstReadyLanes:
             if kind != "step" or ticket.transport is not transport:
                 raise NotHot  # (a reset, a worker replaced, a partial reply's rest)
             key |= 1 << ticket.worker
-        poller, by_fd = self._poller(found, key)
+        poller, by_fd, _ = found.polled(key)
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             try:
                 while True:
@@ -202,14 +196,9 @@ class FirstReadyLanes:
         parts: list[tuple[int, Any]] = []
         old_api, ids = False, []
         for item in sent:
-            code = item.code
-            if code >= 0:  # (a record: `status.reply_of_code`)
-                parts.append((item.lane.start, (None, code >> 1)))
-                old_api |= bool(code & 1)
-            else:  # (`REPLY`: SB3's layout)
-                reply = item.outcome.value  # type: ignore[union-attr]  # (taken: answered)
-                parts.append((item.lane.start, reply[4]))
-                old_api |= reply[5]
+            infos, old = answer_part(item.code, item.outcome)
+            parts.append((item.lane.start, infos))
+            old_api |= old
             ids.append(item.envs)
         if tickets:  # (the slow path's, read here: their replies must be in place too)
             found = ticket_parts(tickets, self._lists)
@@ -236,16 +225,27 @@ class FirstReadyLanes:
                     state.put_sent(sent)
             raise
 
-    def _poller(self, found: Any, key: int) -> tuple[Any, dict[int, int]]:
-        """A poller of the pipes of the workers in `key` (a bit each), and fd -> worker."""
-        if found is not self._polled:  # (new lanes: a worker was replaced)
-            self._polled, self._pollers = found, {}
-        poller = self._pollers.get(key)
-        if poller is None:
-            poll, by_fd = select.poll(), {}
-            for lane in found[0]:
-                if key >> lane.worker & 1:
-                    poll.register(lane.transport.fileno(), select.POLLIN)
-                    by_fd[lane.transport.fileno()] = lane.worker
-            poller = self._pollers[key] = (poll, by_fd)
-        return poller
+
+def ticket_parts(
+    tickets: list[Ticket], env_lists: list[list[int]]
+) -> tuple[list[tuple[int, Any]], bool] | None:
+    """``(first env of its worker, infos)`` per ticket and whether an env spoke old gym's API.
+
+    None unless every ticket answered well with a reply the lanes take: its rows in shared
+    memory, and no info pieces to merge (batched infos all in their columns, or one dict per
+    env, SB3's layout). `env_lists`: each worker's envs.
+    """
+    parts, old_api = [], False
+    for ticket in tickets:
+        outcome = ticket.outcome
+        reply = outcome.value if outcome is not None and outcome.ok else None
+        if type(reply) is not tuple or reply[0] is not None:
+            return None
+        infos = reply[4]
+        if type(infos) is not dict and (
+            type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
+        ):
+            return None
+        parts.append((env_lists[ticket.worker][0], infos))
+        old_api |= reply[5]
+    return parts, old_api

@@ -1,19 +1,21 @@
-"""The full step on the workers' lanes: no ticket, outcome or pickle while all is well.
+"""The workers' lanes: a step or a reset with no ticket, outcome or pickle while all is well.
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
-follow the messages). `Lanes.launch` writes the actions into the rows and rings each worker's
-doorbell, keeping only the sequence numbers (`LaneStep`); `Lanes.wait` reads each answer, a
-16-byte header and a 16-byte record (`status.code_of`: the info columns written, whether old
-gym's API), and hands the batch out of the store. Interrupts are held back from the first
-doorbell to the last answer, and let through only while ``poll`` blocks, where nothing is
-half read.
+follow the messages). `Lanes.launch` writes the actions of every env, or of whole workers'
+envs (`Engine.step_envs`), into the rows and rings each worker's doorbell; `launch_reset`
+sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
+what counts). Either keeps only the sequence numbers (`LaneCall`); `Lanes.wait` reads each
+answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
+whether old gym's API), and `batch` or `replies` hands the results out of the store.
+Interrupts are held back from the first message to the last answer, and let through only
+while ``poll`` blocks, where nothing is half read.
 
-Nothing needs undoing when a step is given up (a Ctrl-C): its replies come with no ticket
+Nothing needs undoing when a call is given up (a Ctrl-C): its replies come with no ticket
 waiting for them and are dropped. Anything but an answer of everything in place (an env
-error, a death, infos off the columns), a timeout, a doorbell the socket took only part of
-(TCP's, with its action rows), or a close hands the step to the slow path (`Calls`): its
-`Call.tickets` are made then (`LaneStep.tickets`), each settled by its reply, read already or
-still to come, so the slow path finds the step as if it had sent it. A verb that reads the
+error, a death, infos off the columns), a timeout, a message the socket took only part of
+(TCP's, with its action rows), or a close hands the call to the slow path (`Calls`): its
+`Call.tickets` are made then (`LaneCall.tickets`), each settled by its reply, read already or
+still to come, so the slow path finds the call as if it had sent it. A verb that reads the
 pipes while a step is pending (`Engine.run_on_workers`, say) makes them first. The only reply
 taken on the lanes that is not a record is one with its rows in place and an info dict per
 env (SB3's layout), which has no columns (`REPLY`).
@@ -22,6 +24,7 @@ env (SB3's layout), which has no columns (`REPLY`).
 from __future__ import annotations
 
 import select
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,16 +33,30 @@ from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, all_hot, timeout_ms
 from ray_multiprocess_env._engine.transports.pipes import outcome_of_code
 from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import reply_of_code
 
-__all__ = ["REPLY", "Lane", "LaneStep", "Lanes", "lane_ticket", "took_reply"]
+__all__ = [
+    "REPLY",
+    "Lane",
+    "LaneCall",
+    "LaneSet",
+    "Lanes",
+    "Polled",
+    "answer_part",
+    "lane_ticket",
+    "took_reply",
+]
 
-#: A `LaneStep` code: the worker's reply, not a record, is in `LaneStep.outcomes`.
+#: A `LaneCall` code: the worker's reply, not a record, is in `LaneCall.outcomes`.
 REPLY = -3
+
+#: A poller of some workers' pipes, with each descriptor's worker and its place among them.
+Polled = tuple[Any, dict[int, int], dict[int, int]]
 
 
 class Lane:
@@ -53,21 +70,25 @@ class Lane:
         self.start, self.stop = worker.envs.start, worker.envs.stop
 
 
-class LaneStep:
-    """A step of every env rung on the `lanes` with no ticket (see the module docstring).
+class LaneCall:
+    """A step or reset of some workers (`lanes`) sent with no ticket (module docstring).
 
-    `codes` holds each worker's answer as read (`status.code_of`; `NOTHING` until then,
-    `OTHER` for a reply left to its transport's `settle`, `REPLY` for one in `outcomes`);
-    `left` counts those not in.
+    `args` are what each worker's ticket needs, should the slow path take over (a step's
+    actions, a reset's args; `lane_ticket`). `codes` holds
+    each worker's answer as read (`status.code_of`; `NOTHING` until then, `OTHER` for a reply
+    left to its transport's `settle`, `REPLY` for one in `outcomes`); `left` counts those not
+    in.
     """
 
-    __slots__ = ("_made", "by_fd", "chunks", "codes", "lanes", "left", "outcomes", "poller", "seqs")
+    __slots__ = (
+        "_made", "args", "at", "codes", "lanes", "left", "op", "outcomes", "poller", "seqs",
+    )  # fmt: skip
 
     def __init__(
-        self, found: tuple[list[Lane], Any, dict[int, int]], chunks: list[Any], seqs: list[int]
+        self, op: str, lanes: list[Lane], polled: Polled, args: list[Any], seqs: list[int]
     ) -> None:
-        self.lanes, self.poller, self.by_fd = found
-        self.chunks, self.seqs = chunks, seqs
+        self.op, self.lanes, self.args, self.seqs = op, lanes, args, seqs
+        self.poller, _, self.at = polled
         count = len(seqs)
         self.codes = [NOTHING] * count
         self.outcomes: list[Outcome | None] = [None] * count
@@ -76,7 +97,7 @@ class LaneStep:
 
     @property
     def made(self) -> bool:
-        """Whether the tickets were made: the step is the slow path's from then on."""
+        """Whether the tickets were made: the call is the slow path's from then on."""
         return self._made is not None
 
     def tickets(self) -> list[Ticket]:
@@ -84,10 +105,11 @@ class LaneStep:
         made = self._made
         if made is None:
             with DEFERRED:  # (adopted by their transports and kept, or neither)
+                op = self.op
                 made = [
-                    lane_ticket(lane, chunk, seq, code, outcome)
-                    for lane, chunk, seq, code, outcome in zip(
-                        self.lanes, self.chunks, self.seqs, self.codes, self.outcomes, strict=True
+                    lane_ticket(lane, op, args, seq, code, outcome)
+                    for lane, args, seq, code, outcome in zip(
+                        self.lanes, self.args, self.seqs, self.codes, self.outcomes, strict=True
                     )
                 ]
                 for lane, code in zip(self.lanes, self.codes, strict=True):
@@ -97,15 +119,21 @@ class LaneStep:
         return made
 
 
-def lane_ticket(lane: Lane, chunk: Any, seq: int, code: int, outcome: Outcome | None) -> Ticket:
-    """The ticket of the step `seq` rung on `lane` with `chunk`, settled by its answer.
+def lane_ticket(
+    lane: Lane, op: str, args: Any, seq: int, code: int, outcome: Outcome | None
+) -> Ticket:
+    """The ticket of the message `seq` (`op`) sent on `lane`, settled by its answer.
 
-    `code` and `outcome` are what was read of the answer (`LaneStep.codes`): settled here if
+    `args`: a step's actions (its ticket's args are ``(args, None)``), or a reset's args.
+
+    `code` and `outcome` are what was read of the answer (`LaneCall.codes`): settled here if
     it was read as the lane's; else its transport adopts it, and the answer settles it when
     it comes, or when the transport settles what it read and left (`OTHER`: the caller runs
     `settle` once every ticket is made). Call it with interrupts held back.
     """
-    ticket = Ticket(lane.worker, lane.generation, "step", (chunk, None), lane.envs, True)
+    step = op == "step"
+    args = (args, None) if step else args
+    ticket = Ticket(lane.worker, lane.generation, op, args, lane.envs, step)
     if code >= 0 or code == REPLY:  # (read as the lane's: settled here)
         ticket.transport, ticket.handle = lane.transport, seq
         ticket.outcome = outcome if code == REPLY else outcome_of_code(code)
@@ -118,7 +146,7 @@ def took_reply(transport: Any, seq: int) -> tuple[int, Outcome | None, bool]:
     """What became of the answer to `seq` `read_lane` left (`OTHER`), if not a record.
 
     ``(code, outcome, taken)``: `REPLY` and the outcome if that answer was all it left, else
-    `OTHER` (left for `settle`); `taken` if it is still the hot path's: a reply that went well
+    `OTHER` (left for `settle`); `taken` if it is still the lanes': a reply that went well
     with its rows in place and one info dict per env (SB3's layout, whose infos have no
     columns). Call it with interrupts held back.
     """
@@ -130,17 +158,59 @@ def took_reply(transport: Any, seq: int) -> tuple[int, Outcome | None, bool]:
     return REPLY, outcome, taken
 
 
+def answer_part(code: int, outcome: Outcome | None) -> tuple[Any, bool]:
+    """A worker's infos (as the store takes them) and whether it spoke old gym's API.
+
+    Of its answer as the lanes read it: a record's `code`, or a `REPLY` in `outcome`.
+    """
+    if code >= 0:  # (a record: `status.reply_of_code`)
+        return (None, code >> 1), bool(code & 1)
+    reply = outcome.value  # type: ignore[union-attr]  # (taken: answered)
+    return reply[4], reply[5]
+
+
+class LaneSet:
+    """Every worker's lane, as made once all were hot, and pollers of sets of their pipes."""
+
+    __slots__ = ("every", "lanes", "pollers")
+
+    def __init__(self, lanes: list[Lane]) -> None:
+        self.lanes = lanes
+        self.pollers: dict[int, Polled] = {}
+        self.every = self.polled((1 << len(lanes)) - 1)  # (of all of them: the full step's)
+
+    def polled(self, key: int) -> Polled:
+        """A poller of the pipes of the workers in `key` (a bit each).
+
+        With each descriptor's worker, and its place among those workers (ascending).
+        """
+        polled = self.pollers.get(key)
+        if polled is None:
+            poller = select.poll()
+            worker_of: dict[int, int] = {}
+            at: dict[int, int] = {}
+            for lane in self.lanes:
+                if key >> lane.worker & 1:
+                    fd = lane.transport.fileno()
+                    poller.register(fd, select.POLLIN)
+                    worker_of[fd], at[fd] = lane.worker, len(at)
+            polled = self.pollers[key] = (poller, worker_of, at)
+        return polled
+
+
 class Lanes:
-    """The full step of one engine's workers on their lanes (see the module docstring)."""
+    """The steps and resets of one engine's workers on their lanes (module docstring)."""
 
     def __init__(self, pool: Pool, store: BatchStore) -> None:
         self._pool, self._store = pool, store
-        # every worker's lane while all are hot, a poller of their pipes, and fd -> lane
-        self._lanes: tuple[list[Lane], Any, dict[int, int]] = ([], None, {})
+        workers = pool.workers
+        self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
+        self._lists = [w.env_list for w in workers]
+        self._lanes = LaneSet([])  # every worker's lane while all are hot
         self._made = -1  # `Worker.transports_set` when they were made
 
-    def now(self) -> tuple[list[Lane], Any, dict[int, int]] | None:
-        """Every worker's lane and their poller, if each worker is on a hot transport.
+    def now(self) -> LaneSet | None:
+        """Every worker's lane (and pollers of their pipes), if each is on a hot transport.
 
         Looked at again once a worker's transport was set, in any pool (`Worker`), and made
         again if one of this pool's was replaced (a restart, or a fallback).
@@ -149,92 +219,167 @@ class Lanes:
         if made == self._made:
             return self._lanes
         transports = [worker.transport for worker in self._pool.workers]
-        if [lane.transport for lane in self._lanes[0]] != transports:  # (by identity)
+        if [lane.transport for lane in self._lanes.lanes] != transports:  # (by identity)
             if not all_hot(transports):
                 return None  # (looked at again at the next call)
-            lanes = [Lane(worker) for worker in self._pool.workers]
-            poller, by_fd = select.poll(), {}
-            for i, lane in enumerate(lanes):
-                by_fd[lane.transport.fileno()] = i
-                poller.register(lane.transport.fileno(), select.POLLIN)
-            self._lanes = (lanes, poller, by_fd)  # (one attribute: all or nothing)
+            self._lanes = LaneSet([Lane(worker) for worker in self._pool.workers])
         self._made = made
         return self._lanes
 
-    def launch(self, actions: Any, label: str) -> Call | None:
-        """`Engine`'s step of every env, rung on every lane (None: nothing was sent).
+    def launch(self, actions: Any, label: str, env_ids: Any = None) -> Call | None:
+        """A step of every env, or of the envs `env_ids`, rung on their lanes (None: not sent).
 
-        A Ctrl-C while it rings gives the step up: nothing waits for its replies.
+        `env_ids` (row i of `actions` for env ``env_ids[i]``) must be whole workers' envs,
+        each worker's in order. A Ctrl-C while it rings gives the step up: nothing waits for
+        its replies.
         """
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return None  # (owed reports: the slow path has them sent again first)
         found = self.now()
         if found is None:
             return None
-        lanes, chunks = found[0], []
-        for lane in lanes:
-            chunk = actions[lane.start : lane.stop]
-            if not lane.transport.can_ring(chunk):
+        if env_ids is not None:
+            some = self._some(found, actions, env_ids)
+            if some is None:
                 return None
-            chunks.append(chunk)
+            called, polled, chunks = some
+        else:  # (every worker: the usual, kept lean)
+            called, polled, chunks = found.lanes, found.every, []
+            for lane in called:
+                chunk = actions[lane.start : lane.stop]
+                if not lane.transport.can_ring(chunk):
+                    return None
+                chunks.append(chunk)
         with DEFERRED:  # every lane rung, or the step given up
-            seqs = [lane.transport.ring(chunk) for lane, chunk in zip(lanes, chunks, strict=True)]
-            step = LaneStep(found, chunks, seqs)
-            for lane in lanes:
+            seqs = [lane.transport.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
+            step = LaneCall("step", called, polled, chunks, seqs)
+            for lane in called:
                 if lane.transport.wants_write:  # (a doorbell not all written: TCP's rows)
                     step.tickets()  # (the slow path's wait writes the rest)
             return Call("step", label, None, step)
 
-    def wait(self, call: Call, deadline: float | None) -> Batch | None:
-        """The batch of `call` (a step of every env) once every lane answered in place.
+    def _some(
+        self, found: LaneSet, actions: np.ndarray, env_ids: Any
+    ) -> tuple[list[Lane], Polled, list[Any]] | None:
+        """`launch`'s lanes, poller and actions for the envs `env_ids` (None: not the lanes').
 
-        None when the wait reaches `deadline`, when a reply is anything else, or when `call`
-        is not a lane step the slow path has not taken over: the slow path's to wait for and
-        judge (its tickets are made then). A Ctrl-C while it waits gives the step up.
+        The lanes ascending by worker (the order of the poller's places), each with its
+        worker's rows of `actions`.
+        """
+        runs = whole_worker_runs(self._lists, self._owner, env_ids)
+        if runs is None:
+            return None
+        runs.sort()
+        called, chunks, key = [], [], 0
+        for worker, row in runs:
+            lane = found.lanes[worker]
+            chunk = actions[row : row + lane.stop - lane.start]
+            if not lane.transport.can_ring(chunk):
+                return None
+            called.append(lane)
+            chunks.append(chunk)
+            key |= 1 << worker
+        return called, found.polled(key), chunks
+
+    def launch_reset(self, args: Sequence[tuple[Any, ...] | None], label: str) -> Call | None:
+        """A reset of each worker whose `args` are not None, on their lanes (None: not sent).
+
+        Not sent (the slow path's to do) unless every such worker answered all it was sent
+        before, nor if an argument cannot be serialized (the slow path says which). A Ctrl-C
+        while it sends gives the reset up: nothing waits for its replies.
+        """
+        if self._pool.lost_episodes.any:
+            return None  # (owed reports: the slow path has them sent again first)
+        found = self.now()
+        if found is None:
+            return None
+        called, messages, kept, key = [], [], [], 0
+        for lane, worker_args in zip(found.lanes, args, strict=True):
+            if worker_args is None:
+                continue
+            transport = lane.transport
+            if not transport.can_post():
+                return None
+            try:
+                messages.append(transport.encode_op("reset", worker_args))
+            except Exception:
+                return None
+            called.append(lane)
+            kept.append(worker_args)
+            key |= 1 << lane.worker
+        if not called:
+            return None
+        polled = found.polled(key)
+        with DEFERRED:  # every reset sent, or the call given up
+            seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
+            reset = LaneCall("reset", called, polled, kept, seqs)
+            for lane in called:
+                if lane.transport.wants_write:  # (a message not all written)
+                    reset.tickets()
+            return Call("reset", label, None, reset)
+
+    def wait(self, call: Call, deadline: float | None) -> bool:
+        """Whether every worker of `call` answered in place (`batch`, `replies` then).
+
+        False when the wait reaches `deadline`, when a reply is anything else, or when `call`
+        is not a lane call the slow path has not taken over: the slow path's to wait for and
+        judge (its tickets are made then). A Ctrl-C while it waits gives the call up.
         """
         step = call.lanes
-        if type(step) is not LaneStep or step._made is not None:
-            return None
-        lanes, codes, poller, by_fd = step.lanes, step.codes, step.poller, step.by_fd
+        if type(step) is not LaneCall or step._made is not None:
+            return False
+        lanes, codes, poller, at = step.lanes, step.codes, step.poller, step.at
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             while step.left:
                 ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
                 if not ready:
-                    return None  # (at `deadline`: the slow path's wait says so)
+                    return False  # (at `deadline`: the slow path's wait says so)
                 for fd, _ in ready:
-                    i = by_fd[fd]
+                    i = at[fd]
                     if codes[i] != NOTHING:  # (answered, and readable again: its end, most
-                        return None  # likely; left to the slow path's read, which finds it)
+                        return False  # likely; left to the slow path's read, which finds it)
                     code = lanes[i].transport.read_lane()
                     if code >= 0:
                         codes[i] = code
                         step.left -= 1
                     elif code == OTHER and not self._took_reply(step, i):
-                        return None
-        return self._batch(step)
+                        return False
+        return True
 
     @staticmethod
-    def _took_reply(step: LaneStep, i: int) -> bool:
-        """Whether lane `i`'s reply, not a record, is still the hot path's (`took_reply`)."""
+    def _took_reply(step: LaneCall, i: int) -> bool:
+        """Whether lane `i`'s reply, not a record, is still the lanes' (`took_reply`)."""
         step.codes[i], step.outcomes[i], taken = took_reply(step.lanes[i].transport, step.seqs[i])
         if taken:
             step.left -= 1
         return taken
 
-    def _batch(self, step: LaneStep) -> Batch:
-        """The batch of a lane step every worker answered (in `codes`, or `outcomes`).
+    def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
+        """The batch of a step every worker answered (`wait`): of every env, or of `env_ids`.
 
         Records (batched infos, all in columns) or else `REPLY` s (one info dict per env):
         a worker sends a record only for infos in gymnasium's layout.
         """
-        written = 0
-        for code in step.codes:
-            written |= code
-        if written >= 0:  # (every one a record's code)
-            return self._store.whole(written >> 1, bool(written & 1))
+        step: Any = call.lanes
+        if env_ids is None:
+            written = 0
+            for code in step.codes:
+                written |= code
+            if written >= 0:  # (every one a record's code)
+                return self._store.whole(written >> 1, bool(written & 1))
         parts, old_api = [], False
         for lane, code, outcome in zip(step.lanes, step.codes, step.outcomes, strict=True):
-            reply = reply_of_code(code) if code >= 0 else outcome.value  # type: ignore[union-attr]
-            old_api |= reply[5]
-            parts.append((lane.start, reply[4]))
-        return self._store.batch(parts, old_api)
+            infos, old = answer_part(code, outcome)
+            parts.append((lane.start, infos))
+            old_api |= old
+        if env_ids is None:
+            return self._store.batch(parts, old_api)
+        return self._store.rows_of(env_ids, parts, old_api)
+
+    def replies(self, call: Call) -> list[Any]:
+        """One reply per worker (None where not called) of a reset every worker answered."""
+        reset: Any = call.lanes
+        out: list[Any] = [None] * len(self._lists)
+        for lane, code, outcome in zip(reset.lanes, reset.codes, reset.outcomes, strict=True):
+            out[lane.worker] = reply_of_code(code) if code >= 0 else outcome.value
+        return out

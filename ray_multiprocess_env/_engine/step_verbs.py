@@ -17,7 +17,6 @@ import numpy as np
 from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
-from ray_multiprocess_env._engine.hot_path import HotPath
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.records import Batch
@@ -31,8 +30,7 @@ __all__ = ["StepVerbs"]
 class StepVerbs(FirstReadyVerbs):
     """The step verbs of `Engine` (which provides the attributes of `FirstReadyVerbs`)."""
 
-    _lanes: Lanes | None  # the full step's road while all is well
-    _hot: HotPath | None  # `step_envs`'s
+    _lanes: Lanes | None  # the steps' road while all is well
 
     def step(
         self,
@@ -83,8 +81,8 @@ class StepVerbs(FirstReadyVerbs):
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
         lanes = self._lanes
         try:
-            batch = None if lanes is None else lanes.wait(call, deadline)
-            if batch is not None:
+            if lanes is not None and lanes.wait(call, deadline):
+                batch = lanes.batch(call)
                 return hand_out(
                     self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
                 )
@@ -132,11 +130,11 @@ class StepVerbs(FirstReadyVerbs):
             return hand_out(self._state, lost_episodes, (), env_ids, make)
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
-        hot = self._hot
-        call = None if hot is None else hot.launch_envs(actions, env_ids, label)
-        if hot is not None and call is not None:  # whole workers' envs, each worker rung
-            batch = hot.step_envs(call, ids, deadline)
-            if batch is not None:
+        lanes = self._lanes
+        call = None if lanes is None else lanes.launch(actions, label, env_ids)
+        if lanes is not None and call is not None:  # whole workers' envs, each worker rung
+            if lanes.wait(call, deadline):
+                batch = lanes.batch(call, ids)
                 return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
             positions: list[Any] = [None] * len(self._pool.workers)
         else:

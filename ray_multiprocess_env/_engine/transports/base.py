@@ -117,11 +117,11 @@ class Transport(Protocol):
 
 
 class HotTransport(Transport, Protocol):
-    """A transport that steps all of its worker's envs with a doorbell (`hot_path.HotPath`).
+    """A transport that steps all of its worker's envs with a doorbell (`lanes.Lanes`).
 
-    Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on. The hot path
-    reads them with `read_lane` (a step's answer, as 16 bytes, and the ticket of it, if one
-    waits); the slow path with `pump`, which settles the tickets of whatever has arrived.
+    Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on. The lanes read
+    them with `read_lane` (a step's or a reset's answer, as 16 bytes, and the ticket of it,
+    if one waits); the slow path with `pump`, which settles the tickets of whatever arrived.
     """
 
     broken: bool
@@ -145,8 +145,17 @@ class HotTransport(Transport, Protocol):
         No ticket waits for its reply: `read_lane` reads it, or the ticket `adopt` ed does.
         """
 
+    def can_post(self) -> bool:
+        """Whether `post` can send a message now (the worker answered every one before)."""
+
+    def encode_op(self, op: str, args: Any) -> bytes:
+        """The message of `op` with `args` for `post` (serialization errors are raised here)."""
+
+    def post(self, data: bytes) -> int:
+        """Send the message `data` with no ticket (after `can_post`): its sequence number."""
+
     def read_lane(self) -> int:
-        """The reply to the last `ring` if it is a record of everything in place (its code).
+        """The reply to the last `ring` or `post`, if a record of everything in place: its code.
 
         Else `NOTHING` (no whole message yet) or `OTHER` (left for `settle`).
         """

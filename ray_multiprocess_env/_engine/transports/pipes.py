@@ -186,7 +186,11 @@ class PipeTransport:
 
     def encode(self, ticket: Ticket) -> bytes:
         """`ticket`'s operation as bytes (done before anything is sent, so errors come first)."""
-        return dumps((ticket.op, ticket.args))
+        return self.encode_op(ticket.op, ticket.args)
+
+    def encode_op(self, op: str, args: Any) -> bytes:
+        """The message of `op` with `args`, pickled (serialization errors are raised here)."""
+        return dumps((op, args))
 
     def submit(self, ticket: Ticket, data: Any = None) -> None:
         """Queue `ticket`'s operation and write as much of it as the pipe takes now."""

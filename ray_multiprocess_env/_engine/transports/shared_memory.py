@@ -89,7 +89,7 @@ class SharedMemoryTransport(PipeTransport):
             actions, positions = ticket.args
             if self._place(actions, positions):
                 return DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
-        return dumps((ticket.op, ticket.args))
+        return self.encode_op(ticket.op, ticket.args)
 
     def _place(self, actions: Any, positions: Any) -> bool:
         """Write a step's `actions` into the rows (at `positions`) if they fit their layout."""
@@ -132,6 +132,21 @@ class SharedMemoryTransport(PipeTransport):
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
         data = self._doorbell()
+        self._seq = seq = self._seq + 1  # (as `post`: inline, the step's own road)
+        if not self._outbox.send(self._go, seq, data):
+            self._break()
+        return seq
+
+    def can_post(self) -> bool:
+        """Whether `post` can send a message now: the worker answered all, nothing waits."""
+        return not self.broken and self._answered == self._seq and not self._outbox
+
+    def post(self, data: bytes) -> int:
+        """Send the message `data` (`encode_op`'s, or a doorbell): its sequence number.
+
+        The lanes'; call it with interrupts held back, after `can_post`. No ticket waits for
+        the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
+        """
         self._seq = seq = self._seq + 1
         if not self._outbox.send(self._go, seq, data):
             self._break()  # the worker closed its end: it is gone (as in `submit`)

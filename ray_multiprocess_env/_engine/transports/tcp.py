@@ -175,7 +175,11 @@ class TcpTransport(SharedMemoryTransport):
             if self._place(actions, positions):
                 head = DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
                 return self._with_actions(head, positions)
-        return dumps((ticket.op, ticket.args)) + _NO_TAIL
+        return self.encode_op(ticket.op, ticket.args)
+
+    def encode_op(self, op: str, args: Any) -> bytes:
+        """The message of `op` with `args`, pickled, and no rows after it."""
+        return dumps((op, args)) + _NO_TAIL
 
     def _with_actions(self, head: bytes, positions: Any) -> bytes:
         parts = pack_rows(self._views.action_leaves, positions)
