@@ -313,5 +313,7 @@ def write_actions(
 
 def read_actions(views: BatchViews, action_space: spaces.Space[Any], rows: Any = None) -> Any:
     """A private copy of the actions in `views` (of `rows` only, if given): an env may keep it."""
+    if rows is None and len(views.action_leaves) == 1 and type(action_space) in _LEAF_SPACES:
+        return views.action_leaves[0].copy()  # (one array: the usual)
     leaves = views.action_leaves if rows is None else [view[rows] for view in views.action_leaves]
     return _nest(action_space, iter([np.array(view) for view in leaves]))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gymnasium.vector import AutoresetMode
@@ -164,10 +164,11 @@ class WorkerBatch:
             actions = rows.actions(positions)
         self._start(positions)
         failures, old_api = [], False
+        add = self.batcher.add if self._batched_infos else self._add_info  # (once per call)
         ks = range(count) if positions is None else positions
         for k, action in zip(ks, unstack(self._action_batch(count), actions), strict=True):
             try:
-                old_api |= self._step_one(k, action)
+                old_api |= self._step_one(k, action, add)
             except _NotRebuilt as err:  # its autoreset raised and it could not be rebuilt
                 rows.rewards[k], rows.terminations[k], rows.truncations[k] = 0.0, False, False
                 failures.append(self.failure(k, err.reported))
@@ -182,11 +183,12 @@ class WorkerBatch:
                 old_api |= self._report_lost(k)
         return self._reply("step", positions, old_api, failures)
 
-    def _step_one(self, k: int, action: Any) -> bool:
-        """Step env `k` (the hot path); whether it spoke old gym's API.
+    def _step_one(self, k: int, action: Any, add: Callable[[int, dict[str, Any]], None]) -> bool:
+        """Step env `k` (the hot path); whether it spoke old gym's API. `add` takes its infos.
 
         The common case (no report owed, no autoreset due, gymnasium's 5 items) is written
-        out here, without a call per step beyond the env's own: it runs once per env and step.
+        out here, without a call per step beyond the env's own, its observation's row and its
+        infos' (`add`: the batcher's own, when batched): it runs once per env and step.
         """
         if self.lost[k] is not None:
             return self._report_lost(k)
@@ -213,7 +215,7 @@ class WorkerBatch:
                 obs, info, _ = self._autoreset_env(k)
         rows.write_obs(k, obs)
         if info:
-            self._add_info(k, info)
+            add(k, info)
         return old_api
 
     def _report_lost(self, k: int) -> bool:
