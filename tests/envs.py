@@ -38,7 +38,8 @@ class BridgeHolder:
 class FlakyEnv(gym.Env[np.ndarray, int]):
     """Counts steps; raises on a negative action and sleeps ``delay`` seconds per step.
 
-    With ``gate`` (a `tests.interrupts.Gate`'s folder) each step waits at that gate first.
+    With ``gate`` (a `tests.interrupts.Gate`'s folder) each step waits at that gate first;
+    with ``fail_reset`` set its resets raise.
     """
 
     observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
@@ -48,8 +49,11 @@ class FlakyEnv(gym.Env[np.ndarray, int]):
         self.count = 0
         self.delay = 0.0
         self.gate: str | None = None
+        self.fail_reset = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self.fail_reset:
+            raise ValueError("reset asked to fail")
         super().reset(seed=seed)
         self.count = int(self.np_random.integers(100)) if seed is not None else 0
         return np.array([self.count], dtype=np.float32), {}

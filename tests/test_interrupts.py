@@ -127,13 +127,26 @@ RESET_CODE: list[Callable[..., Any]] = [
 ]
 
 
+#: Where the slow path takes a reset over from the lanes (an env raised in it).
+RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
+    Engine._run_reset,
+    Lanes.wait,
+    Lanes._took_reply,
+    took_reply,
+    PipeTransport.take_reply,
+    LaneCall.tickets,
+    lane_ticket,
+    PipeTransport.adopt,
+    PipeTransport.settle,
+]
+
 #: Where a step of some workers' envs (Tianshou's `step(action, id)`) goes on the lanes.
 STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
     Lanes.launch,
+    Lanes._some,
     LaneSet.polled,
     SharedMemoryTransport.ring,
-    SharedMemoryTransport.post,
     Lanes.wait,
     Lanes.batch,
     answer_part,
@@ -289,6 +302,28 @@ def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transpor
                 with interrupt_at_line(function, line) as fired:
                     envs.reset(seed=3)
             fired_in += bool(fired)
+            assert envs.reset(seed=7)[0][:, 0].tolist() == seeded, (function, line)
+            stepped = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
+            assert stepped == [c + 1 for c in seeded], (function, line)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_at_any_line_of_a_reset_the_slow_path_takes_over_gives_it_up(transport):
+    """Ctrl-C anywhere as a reset that raised in one env leaves the lanes: the next calls work."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        seeded = envs.reset(seed=7)[0][:, 0].tolist()
+        fired_in = 0
+        for function, line in _rounds(RESET_TAKE_OVER_CODE):
+            envs.set_attr("fail_reset", [False, True, False, False])
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    with pytest.raises(RemoteEnvError, match="env 1 failed in `reset`"):
+                        envs.reset(seed=3)
+            fired_in += bool(fired)
+            envs.set_attr("fail_reset", False)
             assert envs.reset(seed=7)[0][:, 0].tolist() == seeded, (function, line)
             stepped = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
             assert stepped == [c + 1 for c in seeded], (function, line)

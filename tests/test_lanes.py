@@ -17,6 +17,7 @@ import os
 import select
 import signal
 import socket
+import threading
 
 import numpy as np
 import pytest
@@ -179,6 +180,18 @@ def test_resets_and_steps_of_some_workers_go_on_the_lanes_with_the_slow_paths_re
         np.testing.assert_equal(ours, theirs)
     marked = [{"env_id": env, "odd": 1} for env in (4, 5)]
     assert results["ray"][-1] == [*marked, {"env_id": 0}, {"env_id": 1}]
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_reset_options_that_cannot_be_serialized_are_the_slow_paths_type_error(transport):
+    """Nothing is sent, the error names the envs, and the next reset goes on the lanes."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        message = r"the arguments of `reset` for env\(s\) \[0, 1\] cannot be serialized"
+        with pytest.raises(TypeError, match=message):
+            envs.reset(options={"lock": threading.Lock()})
+        assert envs.reset(seed=7)[0].shape == (4, 1)
 
 
 def test_a_tcp_doorbell_the_socket_takes_only_part_of_is_written_in_full():

@@ -229,7 +229,7 @@ class Engine(StepVerbs):
         call = None if lanes is None else lanes.launch_reset(args, label)
         if call is None:
             call = self._calls.launch("reset", args, label)
-        elif lanes is not None and lanes.wait(call, deadline):
+        elif lanes is not None and lanes.wait(call, deadline):  # (`lanes`: for mypy)
             return lanes.replies(call)
         return self._calls.wait(call, deadline=deadline)
 

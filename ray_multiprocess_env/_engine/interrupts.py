@@ -3,8 +3,8 @@
 A ``KeyboardInterrupt`` (Jupyter's "interrupt kernel") must never land half-way through moving
 a message between the kernel and a link's buffers, nor between sending a call to some workers
 and the rest; the few statements that do so run inside `deferred_interrupts`, and the
-interrupt is delivered right after. The hot path's step holds interrupts back from its first
-doorbell to its last reply read, and lets them through only while it blocks in ``poll``
+interrupt is delivered right after. A call on the workers' lanes holds interrupts back from its
+first message to its last reply read, and lets them through only while it blocks in ``poll``
 (`_DeferredInterrupts.poll`), where nothing is half done.
 """
 

@@ -58,6 +58,9 @@ REPLY = -3
 #: A poller of some workers' pipes, with each descriptor's worker and its place among them.
 Polled = tuple[Any, dict[int, int], dict[int, int]]
 
+#: The most pollers a `LaneSet` keeps (one per set of workers waited on; then it starts over).
+_POLLERS = 256
+
 
 class Lane:
     """One worker's lane: its transport, and what a step of all of its envs needs."""
@@ -172,12 +175,13 @@ def answer_part(code: int, outcome: Outcome | None) -> tuple[Any, bool]:
 class LaneSet:
     """Every worker's lane, as made once all were hot, and pollers of sets of their pipes."""
 
-    __slots__ = ("every", "lanes", "pollers")
+    __slots__ = ("every", "every_key", "lanes", "pollers")
 
     def __init__(self, lanes: list[Lane]) -> None:
         self.lanes = lanes
         self.pollers: dict[int, Polled] = {}
-        self.every = self.polled((1 << len(lanes)) - 1)  # (of all of them: the full step's)
+        self.every_key = (1 << len(lanes)) - 1
+        self.every = self.polled(self.every_key)  # (of all of them: the full step's)
 
     def polled(self, key: int) -> Polled:
         """A poller of the pipes of the workers in `key` (a bit each).
@@ -194,6 +198,8 @@ class LaneSet:
                     fd = lane.transport.fileno()
                     poller.register(fd, select.POLLIN)
                     worker_of[fd], at[fd] = lane.worker, len(at)
+            if len(self.pollers) >= _POLLERS:  # (sets of workers seen: bounded)
+                self.pollers = {self.every_key: self.pollers[self.every_key]}
             polled = self.pollers[key] = (poller, worker_of, at)
         return polled
 
@@ -229,9 +235,9 @@ class Lanes:
     def launch(self, actions: Any, label: str, env_ids: Any = None) -> Call | None:
         """A step of every env, or of the envs `env_ids`, rung on their lanes (None: not sent).
 
-        `env_ids` (row i of `actions` for env ``env_ids[i]``) must be whole workers' envs,
-        each worker's in order. A Ctrl-C while it rings gives the step up: nothing waits for
-        its replies.
+        `env_ids` (row i of `actions` for env ``env_ids[i]``): not sent unless they are whole
+        workers' envs, each worker's in order. A Ctrl-C while it rings gives the step up:
+        nothing waits for its replies.
         """
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return None  # (owed reports: the slow path has them sent again first)
@@ -254,8 +260,9 @@ class Lanes:
             seqs = [lane.transport.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
             step = LaneCall("step", called, polled, chunks, seqs)
             for lane in called:
-                if lane.transport.wants_write:  # (a doorbell not all written: TCP's rows)
-                    step.tickets()  # (the slow path's wait writes the rest)
+                transport = lane.transport
+                if transport.wants_write or transport.broken:  # (a doorbell not all written,
+                    step.tickets()  # TCP's rows, or a pipe closed: the slow path's to wait)
             return Call("step", label, None, step)
 
     def _some(
@@ -314,7 +321,7 @@ class Lanes:
             seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
             reset = LaneCall("reset", called, polled, kept, seqs)
             for lane in called:
-                if lane.transport.wants_write:  # (a message not all written)
+                if lane.transport.wants_write or lane.transport.broken:  # (as `launch`'s)
                     reset.tickets()
             return Call("reset", label, None, reset)
 

@@ -126,7 +126,7 @@ class SharedMemoryTransport(PipeTransport):
     def ring(self, actions: np.ndarray) -> int:
         """Send a step of all of this worker's envs as a doorbell: its sequence number.
 
-        The hot path's; call it with interrupts held back, after `can_ring`. The actions go
+        The lanes'; call it with interrupts held back, after `can_ring`. The actions go
         into the shared memory, the fixed doorbell message onto the pipe. No ticket waits
         for the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
         """
@@ -134,7 +134,7 @@ class SharedMemoryTransport(PipeTransport):
         data = self._doorbell()
         self._seq = seq = self._seq + 1  # (as `post`: inline, the step's own road)
         if not self._outbox.send(self._go, seq, data):
-            self._break()
+            self._break()  # the worker closed its end: it is gone (as in `submit`)
         return seq
 
     def can_post(self) -> bool:
@@ -142,7 +142,7 @@ class SharedMemoryTransport(PipeTransport):
         return not self.broken and self._answered == self._seq and not self._outbox
 
     def post(self, data: bytes) -> int:
-        """Send the message `data` (`encode_op`'s, or a doorbell): its sequence number.
+        """Send the message `data` (`encode_op`'s): its sequence number.
 
         The lanes'; call it with interrupts held back, after `can_post`. No ticket waits for
         the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
@@ -153,7 +153,7 @@ class SharedMemoryTransport(PipeTransport):
         return seq
 
     def read_lane(self) -> int:
-        """Read the reply to the last `ring`: its `status.code_of`, or `NOTHING` or `OTHER`.
+        """Read the reply to the last `ring` or `post`: `status.code_of`, `NOTHING` or `OTHER`.
 
         The code if the reply is a record of everything in place (the usual; a ticket that
         stands for the step, `adopt` ed, is settled with it); `NOTHING` if no whole message is
