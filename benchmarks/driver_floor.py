@@ -4,6 +4,7 @@ Run by hand from the repository root, on a machine with nothing else running:
 
     python -m benchmarks.driver_floor [--env CartPole-v1] [--k 8] [--rounds 200] [--functions 0]
     python -m benchmarks.driver_floor --first-ready [--env ...] [--k 8] [--functions 0]
+    python -m benchmarks.driver_floor --verbs [--env ...] [--k 8]
 
 One `make_vector_env` of 2 workers x `k` envs on shared memory is stepped three ways, taking
 turns every 20 steps (so the machine's drift falls on all alike):
@@ -28,6 +29,10 @@ more than one worker's). The count includes the loop's own (about 50 bytecodes).
 workers a `recv` hands back depends on timing, so the count does too; ``--first-ready
 --fixed`` counts two loops where it does not: one worker of `k` envs (``recv(batch_size=k)``
 always hands back that worker), and 2 workers of `k` with ``recv()`` waiting for both.
+
+``--verbs`` counts the engine's other steps and resets instead: `step_envs` (Tianshou's
+synchronous ``step(action, id)``) of one worker's envs and of every env, and `reset` of every
+env, each a call that waits for every worker it called.
 """
 
 from __future__ import annotations
@@ -210,6 +215,39 @@ def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, f
     return out
 
 
+def verb_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
+    """Bytecodes per call of the engine's `step_envs` and `reset`, 2 workers of `k` envs.
+
+    `step_envs` (Tianshou's synchronous ``step(action, id)``) of one worker's envs and of every
+    env, and `reset` of every env: synchronous calls that wait for every worker they call.
+    """
+    env = make_vector_env(env_id, 2 * k, num_workers=2, seed=0)
+    try:
+        env.reset(seed=0)
+        engine = env._engine  # (private: what the faces call)
+        space = env.single_action_space
+        out = {}
+        for label, ids in (("one worker's envs", np.arange(k)), ("every env", np.arange(2 * k))):
+            actions = np.zeros((len(ids), *space.shape), dtype=space.dtype)
+
+            def steps(count: int, at: int, ids: Any = ids, actions: Any = actions) -> None:
+                for _ in range(count):
+                    engine.step_envs(actions, ids)
+
+            steps(50, 0)  # (warm)
+            out[f"`step_envs`, {label}"] = sum(_bytecodes(steps, max(rounds, 1)).values())
+
+        def resets(count: int, at: int) -> None:
+            for _ in range(count):
+                engine.reset()
+
+        resets(10, 0)  # (warm)
+        out["`reset`, every env"] = sum(_bytecodes(resets, max(rounds // 10, 1)).values())
+        return out
+    finally:
+        env.close()
+
+
 def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
     """The result as markdown rows."""
     bare = result["bare"]
@@ -236,8 +274,17 @@ def main() -> None:
     parser.add_argument("--functions", type=int, default=0, help="list the face's top N")
     parser.add_argument("--first-ready", action="store_true", help="count recv + send instead")
     parser.add_argument("--fixed", action="store_true", help="with --first-ready: see above")
+    parser.add_argument("--verbs", action="store_true", help="count step_envs and reset instead")
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    if args.verbs:
+        try:
+            counts = verb_bytecodes(args.env, args.k, args.rounds)
+        finally:
+            ray.shutdown()
+        for label, ops in counts.items():
+            print(f"{args.env}, 2 workers x {args.k}, {label}: {ops:,.0f} bytecodes per call")
+        return
     if args.first_ready and args.fixed:
         try:
             counts = fixed_first_ready_bytecodes(args.env, args.k, args.rounds)
