@@ -191,7 +191,7 @@ def first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, Any]:
 def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
     """Bytecodes per first-ready round trip, each `recv` handing back every worker's envs.
 
-    ``{"1 worker": ..., "2 workers": ...}``: the count does not depend on timing.
+    By loop (1 worker of `k` envs, 2 workers): the count does not depend on timing.
     """
     out = {}
     for workers, label in ((1, "1 worker"), (2, "2 workers")):
@@ -208,7 +208,8 @@ def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, f
 
             env.send(actions, np.arange(workers * k))
             loop(100, 0)  # (warm)
-            out[label] = sum(_bytecodes(loop, max(rounds, 1)).values())
+            key = f"{label} x {k}, `recv()` + `send`"
+            out[key] = sum(_bytecodes(loop, max(rounds, 1)).values())
             env.recv()
         finally:
             env.close()
@@ -235,14 +236,16 @@ def verb_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
                     engine.step_envs(actions, ids)
 
             steps(50, 0)  # (warm)
-            out[f"`step_envs`, {label}"] = sum(_bytecodes(steps, max(rounds, 1)).values())
+            key = f"2 workers x {k}, `step_envs` of {label}, per call"
+            out[key] = sum(_bytecodes(steps, max(rounds, 1)).values())
 
         def resets(count: int, at: int) -> None:
             for _ in range(count):
                 engine.reset()
 
         resets(10, 0)  # (warm)
-        out["`reset`, every env"] = sum(_bytecodes(resets, max(rounds // 10, 1)).values())
+        key = f"2 workers x {k}, `reset` of every env, per call"
+        out[key] = sum(_bytecodes(resets, max(rounds // 10, 1)).values())
         return out
     finally:
         env.close()
@@ -277,21 +280,16 @@ def main() -> None:
     parser.add_argument("--verbs", action="store_true", help="count step_envs and reset instead")
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    if args.verbs:
-        try:
-            counts = verb_bytecodes(args.env, args.k, args.rounds)
-        finally:
-            ray.shutdown()
-        for label, ops in counts.items():
-            print(f"{args.env}, 2 workers x {args.k}, {label}: {ops:,.0f} bytecodes per call")
-        return
+    counter = verb_bytecodes if args.verbs else None
     if args.first_ready and args.fixed:
+        counter = fixed_first_ready_bytecodes
+    if counter is not None:  # (counts only)
         try:
-            counts = fixed_first_ready_bytecodes(args.env, args.k, args.rounds)
+            counts = counter(args.env, args.k, args.rounds)
         finally:
             ray.shutdown()
         for label, ops in counts.items():
-            print(f"{args.env}, {label} x {args.k}, `recv()` + `send`: {ops:,.0f} bytecodes")
+            print(f"{args.env}, {label}: {ops:,.0f} bytecodes")
         return
     try:
         if args.first_ready:
