@@ -77,10 +77,9 @@ class LaneCall:
     """A step or reset of some workers (`lanes`) sent with no ticket (module docstring).
 
     `args` are what each worker's ticket needs, should the slow path take over (a step's
-    actions, a reset's args; `lane_ticket`). `codes` holds
-    each worker's answer as read (`status.code_of`; `NOTHING` until then, `OTHER` for a reply
-    left to its transport's `settle`, `REPLY` for one in `outcomes`); `left` counts those not
-    in.
+    actions, a reset's args; `lane_ticket`). `codes` holds each worker's answer as read
+    (`status.code_of`; `NOTHING` until then, `OTHER` for a reply left to its transport's
+    `settle`, `REPLY` for one in `outcomes`); `left` counts those not in.
     """
 
     __slots__ = (
