@@ -36,6 +36,7 @@ from ray_multiprocess_env._engine.transports.tcp import TcpTransport
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
+from tests.helpers import worker_pids
 from tests.interrupts import interrupt_at_line, lines_of
 
 TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
@@ -138,6 +139,14 @@ RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     lane_ticket,
     PipeTransport.adopt,
     PipeTransport.settle,
+]
+
+#: Where a verb that reads the workers' pipes makes the tickets of a step pending on the lanes.
+PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
+    Engine._beside_pending,
+    LaneCall.tickets,
+    lane_ticket,
+    PipeTransport.adopt,
 ]
 
 #: Where a step of some workers' envs (Tianshou's `step(action, id)`) goes on the lanes.
@@ -317,6 +326,28 @@ def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transpor
             stepped = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
             assert stepped == [c + 1 for c in seeded], (function, line)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_as_a_verb_makes_a_pending_steps_tickets_leaves_step_wait_its_results(transport):
+    """Ctrl-C anywhere as `run_on_workers` makes a pending lane step's tickets: it stays whole.
+
+    The step stays pending (only `step_wait` takes it): its tickets are all made, or none.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for steps, (function, line) in enumerate(_rounds(PENDING_TICKETS_CODE), start=1):
+            envs.step_async(np.ones(4, dtype=np.int64))
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    worker_pids(envs)  # (reads the pipes: the step's tickets are made first)
+            fired_in += bool(fired)
+            obs = envs.step_wait(timeout=60)[0]
+            assert obs[:, 0].tolist() == [float(steps)] * 4, (function, line)
+        assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
