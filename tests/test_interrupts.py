@@ -303,7 +303,7 @@ def test_ctrl_c_at_any_line_of_a_recv_the_slow_path_takes_over_loses_no_result(t
 def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transport, fails):
     """Ctrl-C anywhere in a reset (or in holding interrupts back): the next calls all work.
 
-    A reset all answer goes on the lanes (`RESET_CODE`); one where env 1 raises leaves them
+    A reset every env answers goes on the lanes (`RESET_CODE`); one where env 1 raises leaves them
     for the slow path (`RESET_TAKE_OVER_CODE`).
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
