@@ -62,6 +62,7 @@ RECV_CODE: list[Callable[..., Any]] = [
 SEND_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.send,
     FirstReadyLanes.send,
+    Lanes.rung,
     CallState.has_call_to,
     CallState.put_sent,
     CallState.put_in_flight,
@@ -75,6 +76,7 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine._launch_step,
     Engine._wait_step,
     Lanes.launch,
+    LaneCall.__init__,
     Lanes.wait,
     Lanes.batch,
     LaneCall.tickets,
@@ -154,6 +156,7 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
     Lanes.launch,
     Lanes._some,
+    Lanes.rung,
     LaneSet.polled,
     SharedMemoryTransport.ring,
     Lanes.wait,

@@ -31,7 +31,6 @@ from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket, took_reply
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
-from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, timeout_ms
 from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
@@ -74,9 +73,7 @@ class FirstReadyLanes:
 
     def __init__(self, pool: Pool, state: CallState, store: BatchStore, lanes: Lanes) -> None:
         self._pool, self._state, self._store, self._lanes = pool, state, store, lanes
-        workers = pool.workers
-        self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
-        self._lists = [w.env_list for w in workers]
+        self._lists = [w.env_list for w in pool.workers]
 
     def send(self, actions: Any, env_ids: Any) -> bool:
         """`FirstReadyVerbs.send` of whole workers' envs; False: the slow path's to do."""
@@ -85,17 +82,13 @@ class FirstReadyLanes:
             return False
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return False  # (owed reports: the slow path has them sent again first)
-        runs = whole_worker_runs(self._lists, self._owner, env_ids)
-        found = None if runs is None else self._lanes.now()
-        if found is None or runs is None:
+        found = self._lanes.now()
+        rung = None if found is None else self._lanes.rung(found, actions, env_ids)
+        if rung is None:
             return False
-        lanes, rung = found.lanes, []
-        for worker, row in runs:
-            lane = lanes[worker]
-            chunk = actions[row : row + len(lane.envs)]
-            if state.has_call_to(worker) or not lane.transport.can_ring(chunk):
+        for lane, _ in rung:
+            if state.has_call_to(lane.worker):
                 return False  # (the slow path says why, or sends it with the others)
-            rung.append((lane, chunk))
         with DEFERRED:  # rung and in flight, or neither
             sent = [LaneSend(lane, chunk, lane.transport.ring(chunk)) for lane, chunk in rung]
             state.put_sent(sent)

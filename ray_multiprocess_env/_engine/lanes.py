@@ -79,7 +79,10 @@ class LaneCall:
     `args` are what each worker's ticket needs, should the slow path take over (a step's
     actions, a reset's args; `lane_ticket`). `codes` holds each worker's answer as read
     (`status.code_of`; `NOTHING` until then, `OTHER` for a reply left to its transport's
-    `settle`, `REPLY` for one in `outcomes`); `left` counts those not in.
+    `settle`, `REPLY` for one in `outcomes`); `left` counts those not in. Made as soon as
+    its messages were sent (with interrupts held back): one the socket took only part of
+    (TCP's action rows), or a pipe that closed as it was written, has its tickets made at
+    once, and the call is the slow path's to wait for (it writes the rest, or restarts).
     """
 
     __slots__ = (
@@ -96,6 +99,11 @@ class LaneCall:
         self.outcomes: list[Outcome | None] = [None] * count
         self.left = count
         self._made: list[Ticket] | None = None
+        for lane in lanes:
+            transport = lane.transport
+            if transport.wants_write or transport.broken:
+                self.tickets()
+                break
 
     @property
     def made(self) -> bool:
@@ -169,6 +177,12 @@ def answer_part(code: int, outcome: Outcome | None) -> tuple[Any, bool]:
         return (None, code >> 1), bool(code & 1)
     reply = outcome.value  # type: ignore[union-attr]  # (taken: answered)
     return reply[4], reply[5]
+
+
+def _worker_of(item: tuple[Lane, Any]) -> int:
+    """The worker of a ``(lane, rows)`` pair of `Lanes.rung`: what `Lanes._some` sorts by."""
+    worker: int = item[0].worker
+    return worker
 
 
 class LaneSet:
@@ -257,12 +271,25 @@ class Lanes:
                 chunks.append(chunk)
         with DEFERRED:  # every lane rung, or the step given up
             seqs = [lane.transport.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
-            step = LaneCall("step", called, polled, chunks, seqs)
-            for lane in called:
-                transport = lane.transport
-                if transport.wants_write or transport.broken:  # (a doorbell not all written,
-                    step.tickets()  # TCP's rows, or a pipe closed: the slow path's to wait)
-            return Call("step", label, None, step)
+            return Call("step", label, None, LaneCall("step", called, polled, chunks, seqs))
+
+    def rung(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> list[Any] | None:
+        """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.
+
+        Row i of `actions` is for env ``env_ids[i]``. None (not the lanes') unless `env_ids`
+        are whole workers' envs, each worker's in order, and each lane can ring its rows now.
+        """
+        runs = whole_worker_runs(self._lists, self._owner, env_ids)
+        if runs is None:
+            return None
+        out = []
+        for worker, row in runs:
+            lane = found.lanes[worker]
+            chunk = actions[row : row + lane.stop - lane.start]
+            if not lane.transport.can_ring(chunk):
+                return None
+            out.append((lane, chunk))
+        return out
 
     def _some(
         self, found: LaneSet, actions: np.ndarray, env_ids: Any
@@ -270,21 +297,18 @@ class Lanes:
         """`launch`'s lanes, poller and actions for the envs `env_ids` (None: not the lanes').
 
         The lanes ascending by worker (the order of the poller's places), each with its
-        worker's rows of `actions`.
+        worker's rows of `actions` (`rung`).
         """
-        runs = whole_worker_runs(self._lists, self._owner, env_ids)
-        if runs is None:
+        rung = self.rung(found, actions, env_ids)
+        if rung is None:
             return None
-        runs.sort()
+        if len(rung) > 1:
+            rung.sort(key=_worker_of)
         called, chunks, key = [], [], 0
-        for worker, row in runs:
-            lane = found.lanes[worker]
-            chunk = actions[row : row + lane.stop - lane.start]
-            if not lane.transport.can_ring(chunk):
-                return None
+        for lane, chunk in rung:
             called.append(lane)
             chunks.append(chunk)
-            key |= 1 << worker
+            key |= 1 << lane.worker
         return called, found.polled(key), chunks
 
     def launch_reset(self, args: Sequence[tuple[Any, ...] | None], label: str) -> Call | None:
@@ -318,11 +342,7 @@ class Lanes:
         polled = found.polled(key)
         with DEFERRED:  # every reset sent, or the call given up
             seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
-            reset = LaneCall("reset", called, polled, kept, seqs)
-            for lane in called:
-                if lane.transport.wants_write or lane.transport.broken:  # (as `launch`'s)
-                    reset.tickets()
-            return Call("reset", label, None, reset)
+            return Call("reset", label, None, LaneCall("reset", called, polled, kept, seqs))
 
     def wait(self, call: Call, deadline: float | None) -> bool:
         """Whether every worker of `call` answered in place (`batch`, `replies` then).

@@ -131,18 +131,14 @@ class SharedMemoryTransport(PipeTransport):
         for the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
-        data = self._doorbell()
-        self._seq = seq = self._seq + 1  # (as `post`: inline, the step's own road)
-        if not self._outbox.send(self._go, seq, data):
-            self._break()  # the worker closed its end: it is gone (as in `submit`)
-        return seq
+        return self.post(self._doorbell())
 
     def can_post(self) -> bool:
         """Whether `post` can send a message now: the worker answered all, nothing waits."""
         return not self.broken and self._answered == self._seq and not self._outbox
 
     def post(self, data: bytes) -> int:
-        """Send the message `data` (`encode_op`'s): its sequence number.
+        """Send the message `data` (`encode_op`'s, or `ring`'s doorbell): its sequence number.
 
         The lanes'; call it with interrupts held back, after `can_post`. No ticket waits for
         the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
