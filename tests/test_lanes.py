@@ -183,6 +183,25 @@ def test_resets_and_steps_of_some_workers_go_on_the_lanes_with_the_slow_paths_re
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_usable(
+    transport, tmp_path
+):
+    """Whole workers' envs, one late at a shut gate: the slow path's `TimeoutError` names them."""
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=1.0)
+    gate = Gate(str(tmp_path))
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("gate", str(gate), id=[1])
+        with pytest.raises(TimeoutError, match=r"env\(s\) \[0, 1\] did not answer"):
+            envs.step(np.array([1, 1, 1, 1]), [2, 3, 0, 1])  # (env 1 waits at the gate)
+        gate.open()  # the late step finishes in its worker
+        envs.set_env_attr("gate", None)
+        envs.reset()
+        obs = envs.step(np.array([1, 2, 1, 2]), [2, 3, 0, 1])[0]
+        assert obs[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_reset_options_that_cannot_be_serialized_are_the_slow_paths_type_error(transport):
     """Nothing is sent, the error names the envs, and the next reset goes on the lanes."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
