@@ -38,8 +38,9 @@ class BridgeHolder:
 class FlakyEnv(gym.Env[np.ndarray, int]):
     """Counts steps; raises on a negative action and sleeps ``delay`` seconds per step.
 
-    With ``gate`` (a `tests.interrupts.Gate`'s folder) each step waits at that gate first;
-    with ``fail_reset`` set its resets raise.
+    With ``gate`` (a `tests.interrupts.Gate`'s folder) each step waits at that gate first,
+    and with ``reset_gate`` each reset; with ``fail_reset`` set its resets raise, and with
+    ``exit_on_reset`` set its worker process dies in its next reset.
     """
 
     observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
@@ -50,8 +51,14 @@ class FlakyEnv(gym.Env[np.ndarray, int]):
         self.delay = 0.0
         self.gate: str | None = None
         self.fail_reset = False
+        self.reset_gate: str | None = None
+        self.exit_on_reset = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self.exit_on_reset:
+            os._exit(1)
+        if self.reset_gate is not None:
+            wait_at_gate(self.reset_gate)
         if self.fail_reset:
             raise ValueError("reset asked to fail")
         super().reset(seed=seed)

@@ -38,6 +38,20 @@ def _readable(envs, worker: int, within: float = 60.0) -> bool:
     return bool(select.select([transport.fileno()], [], [], within)[0])
 
 
+@pytest.fixture
+def roads(monkeypatch):
+    """``(op, whether it ended on the lanes)`` of each call `Lanes.wait` saw, in order."""
+    wait, seen = Lanes.wait, []
+
+    def spy(self, call, deadline):
+        went = wait(self, call, deadline)
+        seen.append((call.op, went))
+        return went
+
+    monkeypatch.setattr(Lanes, "wait", spy)
+    return seen
+
+
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_a_worker_that_answered_and_then_died_leaves_the_step_its_results(transport, tmp_path):
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=60)
@@ -149,21 +163,13 @@ def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkey
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_resets_and_steps_of_some_workers_go_on_the_lanes_with_the_slow_paths_results(
-    transport, monkeypatch
+    transport, roads
 ):
     """A reset (of all envs, or some) and a step of whole workers' envs take the lanes.
 
     Their results are those of Ray calls (no lanes), whatever order the workers come in and
     whichever info columns each worker wrote (worker 2's envs have ``odd``, worker 0's not).
     """
-    wait, roads = Lanes.wait, []
-
-    def spy(self, call, deadline):
-        went = wait(self, call, deadline)
-        roads.append((call.op, went))
-        return went
-
-    monkeypatch.setattr(Lanes, "wait", spy)
     results, made = {}, 0
     for kind in (transport, "ray"):
         envs = TianshouVectorEnv([OddInfoEnv] * 6, envs_per_worker=2, transport=kind)
@@ -199,6 +205,50 @@ def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_us
         envs.reset()
         obs = envs.step(np.array([1, 2, 1, 2]), [2, 3, 0, 1])[0]
         assert obs[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(transport, roads, tmp_path):
+    """Worker 1's envs late at a shut gate: the slow path's `TimeoutError` names them.
+
+    The late answer, when it comes, is nobody's: the next reset and step give their own.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=1.0)
+    gate = Gate(str(tmp_path))
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
+        with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer"):
+            envs.reset(seed=1)
+        assert roads[-1] == ("reset", False)  # (sent on the lanes; the slow path timed it out)
+        gate.open()  # the late resets finish in their worker (and the next pass the gate)
+        obs = envs.reset(seed=3)[0]
+        expected = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
+        assert obs[:, 0].tolist() == expected
+        stepped = envs.step(np.ones(4, dtype=np.int64))[0]
+        assert stepped[:, 0].tolist() == [x + 1 for x in expected]
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_worker_that_dies_inside_a_reset_on_the_lanes_gives_the_ray_calls_results(
+    transport, roads
+):
+    """Worker 0 dies in its reset (restarted within the call): what Ray calls alone give."""
+    results = {}
+    for kind in (transport, "ray"):
+        envs = GymnasiumVectorEnv(
+            [FlakyEnv] * 4, envs_per_worker=2, transport=kind, on_actor_failure="restart"
+        )
+        with contextlib.closing(envs):
+            envs.reset(seed=0)
+            envs.set_attr("exit_on_reset", [True, False, False, False])
+            first = envs.reset(seed=5)
+            results[kind] = [first, envs.step(np.ones(4, dtype=np.int64)), envs.reset(seed=7)]
+            if kind == transport:
+                assert roads[-3:] == [("reset", False), ("step", True), ("reset", True)]
+                assert transport_kinds(envs) == [_KINDS[transport]] * 2
+    for ours, theirs in zip(results[transport], results["ray"], strict=True):
+        np.testing.assert_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
