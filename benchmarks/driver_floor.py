@@ -32,7 +32,8 @@ always hands back that worker), and 2 workers of `k` with ``recv()`` waiting for
 
 ``--verbs`` counts the engine's other steps and resets instead: `step_envs` (Tianshou's
 synchronous ``step(action, id)``) of one worker's envs and of every env, and `reset` of every
-env, each a call that waits for every worker it called.
+env, each a call that waits for every worker it called; and the face's `async_reset` with the
+`recv` of every env after it.
 """
 
 from __future__ import annotations
@@ -217,10 +218,11 @@ def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, f
 
 
 def verb_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
-    """Bytecodes per call of the engine's `step_envs` and `reset`, 2 workers of `k` envs.
+    """Bytecodes per call of `step_envs`, `reset` and `async_reset`, 2 workers of `k` envs.
 
     `step_envs` (Tianshou's synchronous ``step(action, id)``) of one worker's envs and of every
-    env, and `reset` of every env: synchronous calls that wait for every worker they call.
+    env, and `reset` of every env: synchronous calls that wait for every worker they call. And
+    the face's first-ready `async_reset` and the `recv` of every env after it.
     """
     env = make_vector_env(env_id, 2 * k, num_workers=2, seed=0)
     try:
@@ -246,6 +248,15 @@ def verb_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
         resets(10, 0)  # (warm)
         key = f"2 workers x {k}, `reset` of every env, per call"
         out[key] = sum(_bytecodes(resets, max(rounds // 10, 1)).values())
+
+        def async_resets(count: int, at: int) -> None:
+            for _ in range(count):
+                env.async_reset()
+                env.recv()  # (every env: all that is in flight)
+
+        async_resets(10, 0)  # (warm)
+        key = f"2 workers x {k}, the face's `async_reset` + `recv()` of every env, per call"
+        out[key] = sum(_bytecodes(async_resets, max(rounds // 10, 1)).values())
         return out
     finally:
         env.close()
@@ -277,7 +288,7 @@ def main() -> None:
     parser.add_argument("--functions", type=int, default=0, help="list the face's top N")
     parser.add_argument("--first-ready", action="store_true", help="count recv + send instead")
     parser.add_argument("--fixed", action="store_true", help="with --first-ready: see above")
-    parser.add_argument("--verbs", action="store_true", help="count step_envs and reset instead")
+    parser.add_argument("--verbs", action="store_true", help="count step_envs and resets instead")
     args = parser.parse_args()
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     counter = verb_bytecodes if args.verbs else None

@@ -68,6 +68,16 @@ SEND_CODE: list[Callable[..., Any]] = [
     CallState.put_in_flight,
 ]
 
+#: Where `async_reset` posts each worker's reset and puts its envs in flight.
+ASYNC_RESET_CODE: list[Callable[..., Any]] = [
+    FirstReadyVerbs.async_reset,
+    FirstReadyLanes.reset,
+    Lanes.posts,
+    SharedMemoryTransport.post,
+    CallState.put_sent,
+    CallState.put_in_flight,
+]
+
 #: Where a face's `step` sends, waits and hands the step out.
 STEP_CODE: list[Callable[..., Any]] = [
     GymFace.step,
@@ -121,6 +131,7 @@ RESET_CODE: list[Callable[..., Any]] = [
     Engine.reset,
     Engine._run_reset,
     Lanes.launch_reset,
+    Lanes.posts,
     LaneSet.polled,
     SharedMemoryTransport.post,
     Lanes.wait,
@@ -174,17 +185,29 @@ def _ids(infos: dict[str, Any]) -> list[int]:
     return [int(env) for env in infos["env_id"]]
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport):
-    """Ctrl-C anywhere in `recv`: every env comes back exactly once, then all verbs work."""
+def _seeded(seed: int) -> np.ndarray:
+    """The first observations of 4 `FlakyEnv` s after a reset with `seed` (gymnasium's seeds)."""
+    return np.array([FlakyEnv().reset(seed=seed + env)[0][0] for env in range(4)])
+
+
+@pytest.mark.parametrize(
+    ("transport", "sent"),
+    [(transport, "steps") for transport in TRANSPORTS] + [("auto", "reset"), ("tcp", "reset")],
+)
+def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport, sent):
+    """Ctrl-C anywhere in `recv` of steps or a reset: each env's result comes back once."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
         envs.reset()
         expected = np.zeros(4)
         fired_in = 0
         for function, line in _rounds(RECV_CODE):
-            envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
-            expected += 1
+            if sent == "steps":
+                envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+                expected += 1
+            else:
+                envs.async_reset(seed=3)
+                expected = _seeded(3)
             received: dict[int, float] = {}
             got, fired = None, []
             with contextlib.suppress(KeyboardInterrupt):  # (it may land once `got` is set)
@@ -203,6 +226,32 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
         assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == (expected + 1).tolist()
         envs.async_reset()
         assert sorted(_ids(envs.recv()[-1])) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp", "ray"])
+def test_ctrl_c_at_any_line_of_async_reset_puts_all_of_it_in_flight_or_none(transport):
+    """Ctrl-C anywhere in `async_reset`: every env is in flight, or none is and none was reset."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds(ASYNC_RESET_CODE):
+            envs.step(np.ones(4, dtype=np.int64))  # (away from the seeded counts)
+            before = _counts(envs)
+            fired: list[bool] = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.async_reset(seed=3)
+            fired_in += bool(fired)
+            out = envs._engine.busy_envs()  # (private) what is in flight
+            assert out in ([], [0, 1, 2, 3]), (function, line)
+            if out:
+                obs, *_, infos = envs.recv()
+                assert sorted(_ids(infos)) == [0, 1, 2, 3]
+                assert obs[:, 0].tolist() == _seeded(3).tolist(), (function, line)
+            else:
+                assert _counts(envs) == before, (function, line)  # (none reset unsent)
+        assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

@@ -1,13 +1,13 @@
-"""The full step and first-ready `send`/`recv` on the lanes, where the slow path takes over.
+"""Steps and resets, synchronous and first-ready, on the lanes, where the slow path takes over.
 
-A step on the lanes has no tickets until something needs them (`lanes.LaneCall.tickets`,
-`first_ready_lanes.LaneSend.ticket`). These are the moments when a reply could be read by
-nobody's ticket, or a step could wait for an answer to a message not all written: a worker
-that answered and then died while the other still steps, a verb that reads the workers'
-pipes while a `step_async` is pending or first-ready steps are out, and a TCP doorbell whose
-action rows the socket takes only part of. Each must give the step's own
-results, as the slow path would. And once a worker is replaced, the steps must go on the
-lanes again, over its new transport.
+A step or reset on the lanes has no tickets until something needs them
+(`lanes.LaneCall.tickets`, `first_ready_lanes.LaneSend.ticket`). These are the moments when a
+reply could be read by nobody's ticket, or a call could wait for an answer to a message not all
+written: a worker that answered and then died while the other still steps, a verb that reads
+the workers' pipes while a `step_async` is pending or first-ready steps or resets are out, a
+TCP doorbell whose action rows the socket takes only part of, a reset that times out or whose
+worker dies in it. Each must give the call's own results, as the slow path would. And once a
+worker is replaced, the steps must go on the lanes again, over its new transport.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import threading
 import numpy as np
 import pytest
 
-from ray_multiprocess_env import GymnasiumVectorEnv, TianshouVectorEnv
+from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
 from ray_multiprocess_env._engine.lanes import Lanes
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
 from tests.helpers import assert_killed, transport_kinds, worker_pids
@@ -249,6 +249,57 @@ def test_a_worker_that_dies_inside_a_reset_on_the_lanes_gives_the_ray_calls_resu
                 assert transport_kinds(envs) == [_KINDS[transport]] * 2
     for ours, theirs in zip(results[transport], results["ray"], strict=True):
         np.testing.assert_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
+    """`async_reset` posts each worker's reset with no ticket; `recv` gives the Ray calls'.
+
+    Then again with worker 0 dying in its reset: the slow path's `recv` restarts it and
+    sends the replacement the same reset.
+    """
+    results = {}
+    for kind in (transport, "ray"):
+        envs = GymnasiumVectorEnv(
+            [OddInfoEnv] * 6, envs_per_worker=2, transport=kind, on_actor_failure="restart"
+        )
+        with contextlib.closing(envs):
+            got = []
+            for seed in (4, 9):
+                if seed == 9:
+                    envs.set_attr("exit_on_reset", [True] + [False] * 5)
+                envs.async_reset(seed=seed)
+                sent = [item.op for item in envs._engine._state.sent]  # (private)
+                assert sent == (["reset"] * 3 if kind == transport else [])  # (on the lanes)
+                got.append(envs.recv(batch_size=6))
+                envs.send(np.array([1, 0, 1, 0, 1, 1]), [0, 1, 2, 3, 4, 5])
+                got.append(envs.recv(batch_size=6))
+            results[kind] = got
+    for ours, theirs in zip(results[transport], results["ray"], strict=True):
+        np.testing.assert_equal(ours, theirs)
+    obs, _, _, _, infos = results["ray"][2]  # (the replacement was sent the reset again)
+    assert obs[:, 0].tolist() == [OddInfoEnv().reset(seed=9 + env)[0][0] for env in range(6)]
+    assert "env_crashed" not in infos
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the_reset(transport):
+    """A `get_attr` with the lanes' resets out makes their tickets; `recv` gives the reset."""
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(vec):
+        vec.reset()
+        vec.step([2, 2, 2, 2])
+        vec.async_reset()
+        assert [item.op for item in vec._engine._state.sent] == ["reset"] * 2  # (private)
+        assert vec.get_attr("count") == (0, 0, 0, 0)  # (each worker reset first, in order)
+        assert vec._engine._state.sent == []  # (the tickets were made, as the reads needed)
+        env_ids, (obs, rewards, terminated, truncated, _) = vec.recv()
+        assert env_ids == [0, 1, 2, 3]
+        assert [float(o[0]) for o in obs] == [0.0] * 4
+        assert rewards == (0.0,) * 4
+        assert not any(terminated)
+        assert not any(truncated)
+        assert [float(o[0]) for o in vec.step([1, 1, 1, 1])[0]] == [1.0] * 4
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)

@@ -54,11 +54,15 @@ class LazyTickets(Protocol):
 
 
 class LaneSent(Protocol):
-    """A first-ready step of a worker's envs sent with no ticket (`first_ready_lanes.LaneSend`)."""
+    """A first-ready step or reset of a worker's envs sent with no ticket (`LaneSend`)."""
+
+    @property
+    def op(self) -> str:
+        """``"step"`` or ``"reset"``: its kind in flight."""
 
     @property
     def envs(self) -> range:
-        """The envs it steps: all of one worker's."""
+        """The envs it steps or resets: all of one worker's."""
 
     @property
     def worker(self) -> int:
@@ -101,7 +105,7 @@ class CallState:
     """The `State` of one vector env, its pending `step_async` and its first-ready calls.
 
     `name` is the face's class name, for messages. A first-ready call is a `Ticket` in
-    `in_flight`, or a step the lanes sent with none (`sent`, one per worker): reading
+    `in_flight`, or a step or reset the lanes sent with none (`sent`, one per worker): reading
     `in_flight` makes their tickets first (`make_tickets`), so whatever is not the lanes'
     finds every call as a ticket.
     """
@@ -111,7 +115,7 @@ class CallState:
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
         self._in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
-        self.sent: list[LaneSent] = []  # first-ready steps the lanes sent, with no ticket yet
+        self.sent: list[LaneSent] = []  # first-ready calls the lanes sent, with no ticket yet
         self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the calls in flight
         self.busy_count = 0
 
@@ -135,13 +139,13 @@ class CallState:
         return any(ticket.worker == worker for ticket, _ in self._in_flight)
 
     def make_tickets(self) -> None:
-        """Make a ticket of each step the lanes sent (`sent`): a verb will read the pipes.
+        """Make a ticket of each call the lanes sent (`sent`): a verb will read the pipes.
 
         A reply read with no ticket waiting for it is dropped: every verb that reads the
         workers' pipes while first-ready calls are out calls this first.
         """
         with deferred_interrupts():
-            made = [(item.ticket(), "step") for item in self.sent]
+            made = [(item.ticket(), item.op) for item in self.sent]
             self._in_flight, self.sent = self._in_flight + made, []
 
     def check_open(self, name: str) -> None:
@@ -226,7 +230,7 @@ class CallState:
         return done
 
     def put_sent(self, sent: Sequence[LaneSent]) -> None:
-        """First-ready steps the lanes sent are out (nothing, once closed)."""
+        """First-ready calls the lanes sent are out (nothing, once closed)."""
         if self.state is State.CLOSED:
             return
         with deferred_interrupts():
@@ -239,7 +243,7 @@ class CallState:
             self._settle_state()
 
     def take_sent(self, done: Sequence[LaneSent]) -> None:
-        """These steps the lanes sent are no longer in flight."""
+        """These calls the lanes sent are no longer in flight."""
         with deferred_interrupts():
             busy = self.busy
             for item in done:

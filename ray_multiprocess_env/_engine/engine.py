@@ -318,9 +318,9 @@ class Engine(StepVerbs):
     def _beside_pending(self, name: str) -> None:
         """The checks of a verb `name` that may run while a `step_async` is pending: open.
 
-        A step pending on the lanes, and first-ready steps they sent, have their tickets made
-        first: this verb reads the workers' pipes, and a reply read with no ticket waiting
-        for it would be dropped.
+        A step pending on the lanes, and the first-ready steps and resets they sent, have
+        their tickets made first: this verb reads the workers' pipes, and a reply read with no
+        ticket waiting for it would be dropped.
         """
         self._state.check_open(name)
         pending = self._state.pending

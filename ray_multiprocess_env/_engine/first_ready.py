@@ -1,12 +1,11 @@
 """First-ready calls: envpool's ``send``/``recv`` and ``async_reset``, verbs of the `Engine`.
 
-An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv` returns
-as soon as at least ``batch_size`` envs are done. While all is well both go on the workers'
-lanes (`first_ready_lanes.py`: no tickets). Here is the slow path: the tickets in flight are the
-call state's (`CallState.in_flight`, which makes a ticket of each step the lanes sent); `recv`
-waits on them and judges those that finished as `Calls.judge` does for a whole call: a dead
-worker is restarted there, an env error raised while the envs that answered fine wait for the
-next `recv`.
+An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv` returns as
+soon as at least ``batch_size`` envs are done. While all is well all three go on the workers' lanes
+(`first_ready_lanes.py`: no tickets). Here is the slow path: the tickets in flight are the call
+state's (`CallState.in_flight`, which makes a ticket of each call the lanes sent); `recv` waits on
+them and judges those that finished as `Calls.judge` does for a whole call: a dead worker is
+restarted there, an env error raised while the envs that answered fine wait for the next `recv`.
 """
 
 from __future__ import annotations
@@ -76,19 +75,22 @@ class FirstReadyVerbs:
         if self._workers_here:
             driver_threads.fit_torch()  # (as `Engine.reset`)
         seeds = self._pool.seeds.for_reset(seeds, range(self.spec.num_envs))
-        with deferred_interrupts():  # sent and in flight, or neither
-            if self._store is None:
-                kwargs = [
-                    reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)
-                ]
+        if self._store is None:
+            kwargs = [reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)]
+            with deferred_interrupts():  # sent and in flight, or neither
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
-            else:
-                args: list[tuple[Any, ...] | None] = []
-                for worker in self._pool.workers:
-                    span = slice(worker.envs.start, worker.envs.stop)
-                    args.append((seeds[span], options_of_worker(options, span), None))
-                call = self._calls.launch("reset", args, "async_reset")
-                self._store.ready[:] = True
+                self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+            return
+        args: list[tuple[Any, ...]] = []
+        for worker in self._pool.workers:
+            span = slice(worker.envs.start, worker.envs.stop)
+            args.append((seeds[span], options_of_worker(options, span), None))
+        lanes = self._ready_lanes
+        if lanes is not None and lanes.reset(args):
+            return
+        with deferred_interrupts():  # sent and in flight, or neither
+            call = self._calls.launch("reset", list(args), "async_reset")
+            self._store.ready[:] = True
             self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:

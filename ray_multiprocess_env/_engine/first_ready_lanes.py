@@ -1,22 +1,24 @@
-"""First-ready `send`/`recv` on the workers' lanes: no ticket, outcome or pickle while all is well.
+"""First-ready calls on the workers' lanes: no ticket or outcome while all is well.
 
 `FirstReadyLanes.send` writes the actions of whole workers' envs into their rows and rings
 each worker's doorbell (`lanes.Lane`), keeping a `LaneSend` per worker in the call state
-(`CallState.sent`): the lane, the actions, the sequence number. `recv` reads the answers of
+(`CallState.sent`): the lane, the actions, the sequence number. `FirstReadyLanes.reset`
+(``async_reset``) posts each worker's reset as `Lanes.launch_reset` does and keeps a
+`LaneSend` of it, whose answer is handed out as a step's. `recv` reads the answers of
 those workers (`read_lane`: a status record; or a reply with its rows in place and one info
 dict per env, SB3's layout) until enough envs are in, and hands their rows out of the store,
 all or nothing under a Ctrl-C: one that lands before the results are made leaves them in
 flight, answered, for the next `recv`.
 
 Anything else hands the calls to the slow path (`FirstReadyVerbs`), none taken out of flight
-(`NotHot`): a reply that is not an answer in place (an env error, a death, infos off the
-columns), the deadline, a worker replaced or its pipe broken, a doorbell the socket took only
-part of, owed lost-episode reports, a reset in flight. Reading `CallState.in_flight` makes a
-ticket of each `LaneSend` (`LaneSend.ticket`), settled by its answer read already or still
-to come, so the slow path finds the calls as if it had sent them (a `recv` that gives up
-after reading makes them at once, before a Ctrl-C can land). So does every verb that
-reads the workers' pipes while they are out (`CallState.check_idle` with `in_flight_ok`,
-`Engine._beside_pending`): a reply read with no ticket waiting for it would be dropped.
+(`NotHot`): a reply that is not an answer in place (an env error, a death, infos off the columns),
+the deadline, a worker replaced or its pipe broken, a doorbell the socket took only part of, owed
+lost-episode reports, a reset the slow path sent. Reading `CallState.in_flight` makes a ticket of
+each `LaneSend` (`LaneSend.ticket`), settled by its answer read already or still to come, so the
+slow path finds the calls as if it had sent them (a `recv` that gives up after reading makes them at
+once, before a Ctrl-C can land). So does every verb that reads the workers' pipes while they are out
+(`CallState.check_idle` with `in_flight_ok`, `Engine._beside_pending`): a reply read with no ticket
+waiting for it would be dropped.
 """
 
 from __future__ import annotations
@@ -43,16 +45,17 @@ class NotHot(Exception):
 
 
 class LaneSend:
-    """A first-ready step of all of one worker's envs, rung on its lane with no ticket.
+    """A first-ready step or reset (`op`) of all of one worker's envs, with no ticket.
 
+    `args` are what its ticket needs (`lanes.lane_ticket`): a step's actions, a reset's args.
     `code` is its answer as read (`status.code_of`; `NOTHING` until then, `OTHER` for a
     reply left to its transport's `settle`, `lanes.REPLY` for one in `outcome`).
     """
 
-    __slots__ = ("chunk", "code", "envs", "lane", "outcome", "seq", "worker")
+    __slots__ = ("args", "code", "envs", "lane", "op", "outcome", "seq", "worker")
 
-    def __init__(self, lane: Lane, chunk: Any, seq: int) -> None:
-        self.lane, self.chunk, self.seq = lane, chunk, seq
+    def __init__(self, op: str, lane: Lane, args: Any, seq: int) -> None:
+        self.op, self.lane, self.args, self.seq = op, lane, args, seq
         self.worker, self.envs = lane.worker, lane.envs
         self.code = NOTHING
         self.outcome: Outcome | None = None
@@ -62,14 +65,14 @@ class LaneSend:
 
         Call it with interrupts held back.
         """
-        ticket = lane_ticket(self.lane, "step", self.chunk, self.seq, self.code, self.outcome)
+        ticket = lane_ticket(self.lane, self.op, self.args, self.seq, self.code, self.outcome)
         if self.code == OTHER:  # (read and left: now that a ticket stands for it)
             self.lane.transport.settle()
         return ticket
 
 
 class FirstReadyLanes:
-    """First-ready `send`/`recv` of one engine on its workers' lanes (module docstring)."""
+    """First-ready `send`, `async_reset` and `recv` on an engine's lanes (module docstring)."""
 
     def __init__(self, pool: Pool, state: CallState, store: BatchStore, lanes: Lanes) -> None:
         self._pool, self._state, self._store, self._lanes = pool, state, store, lanes
@@ -90,18 +93,38 @@ class FirstReadyLanes:
             if state.has_call_to(lane.worker):
                 return False  # (the slow path says why, or sends it with the others)
         with DEFERRED:  # rung and in flight, or neither
-            sent = [LaneSend(lane, chunk, lane.transport.ring(chunk)) for lane, chunk in rung]
+            sent = [LaneSend("step", lane, c, lane.transport.ring(c)) for lane, c in rung]
             state.put_sent(sent)
+        return True
+
+    def reset(self, args: list[tuple[Any, ...]]) -> bool:
+        """`FirstReadyVerbs.async_reset` (`args`: each worker's); False: the slow path's to do.
+
+        Sent unless `Lanes.posts` says not; the call state must be idle (as it checked).
+        """
+        lanes = self._lanes
+        found = lanes.now()
+        posts = None if found is None else lanes.posts(found, args)
+        if posts is None:
+            return False
+        called, messages, kept, _ = posts
+        with DEFERRED:  # posted and in flight, or neither
+            sent = [
+                LaneSend("reset", lane, worker_args, lane.transport.post(message))
+                for lane, message, worker_args in zip(called, messages, kept, strict=True)
+            ]
+            self._state.put_sent(sent)
+            self._store.ready[:] = True
         return True
 
     def recv(self, min_envs: int, deadline: float | None, finish: Callable[[Batch], T]) -> T:
         """`FirstReadyVerbs.recv` once `min_envs` envs are in; `NotHot`: the slow path's to do.
 
-        What `finish` makes of the batch. The calls in flight are the lanes' sends, and step
-        tickets of the workers' lanes of now (sent by the slow path, read here as its wait
-        would). `NotHot` (nothing taken out of flight) when the wait reaches `deadline`, or
-        when anything in flight or in what came back is not the lanes'. A Ctrl-C in the wait,
-        or while the results are handed out, leaves them in flight.
+        What `finish` makes of the batch. The calls in flight are the lanes' sends (steps or
+        resets), and step tickets of the workers' lanes of now (sent by the slow path, read here as
+        its wait would). `NotHot` (nothing taken out of flight) when the wait reaches `deadline`, or
+        when anything in flight or in what came back is not the lanes'. A Ctrl-C in the wait, or
+        while the results are handed out, leaves them in flight.
         """
         state = self._state
         sent, tickets = cast("list[LaneSend]", state.sent), state.ticketed

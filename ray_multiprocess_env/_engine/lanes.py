@@ -314,14 +314,30 @@ class Lanes:
     def launch_reset(self, args: Sequence[tuple[Any, ...] | None], label: str) -> Call | None:
         """A reset of each worker whose `args` are not None, on their lanes (None: not sent).
 
-        Not sent (the slow path's to do) unless every such worker answered all it was sent
-        before, nor if an argument cannot be serialized (the slow path says which). A Ctrl-C
-        while it sends gives the reset up: nothing waits for its replies.
+        Not sent (the slow path's to do) when `posts` says so. A Ctrl-C while it sends gives
+        the reset up: nothing waits for its replies.
+        """
+        found = self.now()
+        posts = None if found is None else self.posts(found, args)
+        if found is None or posts is None:
+            return None
+        called, messages, kept, key = posts
+        polled = found.polled(key)
+        with DEFERRED:  # every reset sent, or the call given up
+            seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
+            return Call("reset", label, None, LaneCall("reset", called, polled, kept, seqs))
+
+    def posts(
+        self, found: LaneSet, args: Sequence[tuple[Any, ...] | None]
+    ) -> tuple[list[Lane], list[bytes], list[Any], int] | None:
+        """The lanes, messages and args of a reset of each worker whose `args` are not None.
+
+        And the key of those workers (a bit each). None (the slow path's to do) if no worker
+        is called, if lost-episode reports are owed (the slow path has them sent again
+        first), unless every such worker answered all it was sent before, or if an argument
+        cannot be serialized (the slow path says which).
         """
         if self._pool.lost_episodes.any:
-            return None  # (owed reports: the slow path has them sent again first)
-        found = self.now()
-        if found is None:
             return None
         called, messages, kept, key = [], [], [], 0
         for lane, worker_args in zip(found.lanes, args, strict=True):
@@ -337,12 +353,7 @@ class Lanes:
             called.append(lane)
             kept.append(worker_args)
             key |= 1 << lane.worker
-        if not called:
-            return None
-        polled = found.polled(key)
-        with DEFERRED:  # every reset sent, or the call given up
-            seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
-            return Call("reset", label, None, LaneCall("reset", called, polled, kept, seqs))
+        return (called, messages, kept, key) if called else None
 
     def wait(self, call: Call, deadline: float | None) -> bool:
         """Whether every worker of `call` answered in place (`batch`, `replies` then).
