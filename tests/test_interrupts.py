@@ -228,53 +228,37 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
         assert sorted(_ids(envs.recv()[-1])) == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("transport", ["auto", "tcp", "ray"])
-def test_ctrl_c_at_any_line_of_async_reset_puts_all_of_it_in_flight_or_none(transport):
-    """Ctrl-C anywhere in `async_reset`: every env is in flight, or none is and none was reset."""
+@pytest.mark.parametrize("verb", ["send", "async_reset"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ctrl_c_at_any_line_of_send_or_async_reset_puts_all_of_it_in_flight_or_none(
+    transport, verb
+):
+    """Ctrl-C anywhere in `send` or `async_reset`: all of its envs in flight, or none touched."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
         envs.reset()
         fired_in = 0
-        for function, line in _rounds(ASYNC_RESET_CODE):
-            envs.step(np.ones(4, dtype=np.int64))  # (away from the seeded counts)
+        for function, line in _rounds(SEND_CODE if verb == "send" else ASYNC_RESET_CODE):
+            if verb == "async_reset":
+                envs.step(np.ones(4, dtype=np.int64))  # (away from the seeded counts)
             before = _counts(envs)
             fired: list[bool] = []
             with contextlib.suppress(KeyboardInterrupt):
                 with interrupt_at_line(function, line) as fired:
-                    envs.async_reset(seed=3)
+                    if verb == "send":
+                        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+                    else:
+                        envs.async_reset(seed=3)
             fired_in += bool(fired)
             out = envs._engine.busy_envs()  # (private) what is in flight
             assert out in ([], [0, 1, 2, 3]), (function, line)
             if out:
                 obs, *_, infos = envs.recv()
                 assert sorted(_ids(infos)) == [0, 1, 2, 3]
-                assert obs[:, 0].tolist() == _seeded(3).tolist(), (function, line)
+                stepped = [c + 1 for c in before] if verb == "send" else _seeded(3).tolist()
+                assert obs[:, 0].tolist() == stepped, (function, line)
             else:
-                assert _counts(envs) == before, (function, line)  # (none reset unsent)
-        assert fired_in > 5  # (the lines ran: the interrupts were real)
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_ctrl_c_at_any_line_of_send_puts_all_of_it_in_flight_or_none(transport):
-    """Ctrl-C anywhere in `send`: all of its envs are in flight, or none is and none stepped."""
-    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
-    with contextlib.closing(envs):
-        envs.reset()
-        steps = fired_in = 0
-        for function, line in _rounds(SEND_CODE):
-            fired: list[bool] = []
-            with contextlib.suppress(KeyboardInterrupt):
-                with interrupt_at_line(function, line) as fired:
-                    envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
-            fired_in += bool(fired)
-            out = envs._engine.busy_envs()  # (private) what is in flight
-            assert out in ([], [0, 1, 2, 3]), (function, line)
-            if out:
-                steps += 1
-                obs, *_, infos = envs.recv()
-                assert sorted(_ids(infos)) == [0, 1, 2, 3]
-                assert obs[:, 0].tolist() == [steps] * 4, (function, line)
-            assert _counts(envs) == [steps] * 4, (function, line)  # (none stepped unsent)
+                assert _counts(envs) == before, (function, line)  # (none stepped unsent)
         assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
