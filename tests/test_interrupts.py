@@ -22,14 +22,8 @@ from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, LaneSend
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import (
-    LaneCall,
-    Lanes,
-    LaneSet,
-    answer_part,
-    lane_ticket,
-    took_reply,
-)
+from ray_multiprocess_env._engine.lane_set import LaneSet
+from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket, took_reply
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env._engine.transports.tcp import TcpTransport

@@ -23,7 +23,6 @@ env (SB3's layout), which has no columns (`REPLY`).
 
 from __future__ import annotations
 
-import select
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
+from ray_multiprocess_env._engine.lane_set import Lane, LaneSet, Polled
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
@@ -42,11 +42,8 @@ from ray_multiprocess_env._protocol.status import reply_of_code
 
 __all__ = [
     "REPLY",
-    "Lane",
     "LaneCall",
-    "LaneSet",
     "Lanes",
-    "Polled",
     "answer_part",
     "lane_ticket",
     "took_reply",
@@ -54,23 +51,6 @@ __all__ = [
 
 #: A `LaneCall` code: the worker's reply, not a record, is in `LaneCall.outcomes`.
 REPLY = -3
-
-#: A poller of some workers' pipes, with each descriptor's worker and its place among them.
-Polled = tuple[Any, dict[int, int], dict[int, int]]
-
-#: The most pollers a `LaneSet` keeps (one per set of workers waited on; then it starts over).
-_POLLERS = 256
-
-
-class Lane:
-    """One worker's lane: its transport, and what a step of all of its envs needs."""
-
-    __slots__ = ("envs", "generation", "start", "stop", "transport", "worker")
-
-    def __init__(self, worker: Any) -> None:
-        self.worker, self.generation, self.envs = worker.index, worker.generation, worker.envs
-        self.transport: Any = worker.transport
-        self.start, self.stop = worker.envs.start, worker.envs.stop
 
 
 class LaneCall:
@@ -183,38 +163,6 @@ def _worker_of(item: tuple[Lane, Any]) -> int:
     """The worker of a ``(lane, rows)`` pair of `Lanes.rung`: what `Lanes._some` sorts by."""
     worker: int = item[0].worker
     return worker
-
-
-class LaneSet:
-    """Every worker's lane, as made once all were hot, and pollers of sets of their pipes."""
-
-    __slots__ = ("every", "every_key", "lanes", "pollers")
-
-    def __init__(self, lanes: list[Lane]) -> None:
-        self.lanes = lanes
-        self.pollers: dict[int, Polled] = {}
-        self.every_key = (1 << len(lanes)) - 1
-        self.every = self.polled(self.every_key)  # (of all of them: the full step's)
-
-    def polled(self, key: int) -> Polled:
-        """A poller of the pipes of the workers in `key` (a bit each).
-
-        With each descriptor's worker, and its place among those workers (ascending).
-        """
-        polled = self.pollers.get(key)
-        if polled is None:
-            poller = select.poll()
-            worker_of: dict[int, int] = {}
-            at: dict[int, int] = {}
-            for lane in self.lanes:
-                if key >> lane.worker & 1:
-                    fd = lane.transport.fileno()
-                    poller.register(fd, select.POLLIN)
-                    worker_of[fd], at[fd] = lane.worker, len(at)
-            if len(self.pollers) >= _POLLERS:  # (sets of workers seen: bounded)
-                self.pollers = {self.every_key: self.pollers[self.every_key]}
-            polled = self.pollers[key] = (poller, worker_of, at)
-        return polled
 
 
 class Lanes:
