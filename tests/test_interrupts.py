@@ -60,6 +60,7 @@ SEND_CODE: list[Callable[..., Any]] = [
     CallState.has_call_to,
     CallState.put_sent,
     CallState.put_in_flight,
+    Calls.launch,  # (the slow path's: the pipe and Ray transports, some of a worker's envs)
 ]
 
 #: Where `async_reset` posts each worker's reset and puts its envs in flight.
@@ -70,6 +71,7 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     SharedMemoryTransport.post,
     CallState.put_sent,
     CallState.put_in_flight,
+    Calls.launch,  # (the slow path's: the pipe and Ray transports)
 ]
 
 #: Where a face's `step` sends, waits and hands the step out.
@@ -195,13 +197,13 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
         envs.reset()
         expected = np.zeros(4)
         fired_in = 0
-        for function, line in _rounds(RECV_CODE):
+        for n, (function, line) in enumerate(_rounds(RECV_CODE)):
             if sent == "steps":
                 envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
                 expected += 1
-            else:
-                envs.async_reset(seed=3)
-                expected = _seeded(3)
+            else:  # (seeds 3 and 4 in turn: no env's first observation is the same in both)
+                envs.async_reset(seed=3 + n % 2)
+                expected = _seeded(3 + n % 2)
             received: dict[int, float] = {}
             got, fired = None, []
             with contextlib.suppress(KeyboardInterrupt):  # (it may land once `got` is set)

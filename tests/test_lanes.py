@@ -193,9 +193,10 @@ def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_us
     transport, tmp_path
 ):
     """Whole workers' envs, one late at a shut gate: the slow path's `TimeoutError` names them."""
-    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=1.0)
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
     gate = Gate(str(tmp_path))
     with contextlib.closing(envs):
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
         envs.reset()
         envs.set_env_attr("gate", str(gate), id=[1])
         with pytest.raises(TimeoutError, match=r"env\(s\) \[0, 1\] did not answer"):
@@ -211,11 +212,13 @@ def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_us
 def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(transport, roads, tmp_path):
     """Worker 1's envs late at a shut gate: the slow path's `TimeoutError` names them.
 
-    The late answer, when it comes, is nobody's: the next reset and step give their own.
+    The late answer, when it comes, is nobody's: the next reset (the slow path's, as an answer
+    is still to come) and step give their own, and the step is back on the lanes.
     """
-    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=1.0)
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
     gate = Gate(str(tmp_path))
     with contextlib.closing(envs):
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
         envs.reset(seed=0)
         envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
         with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer"):
@@ -227,6 +230,7 @@ def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(transport,
         assert obs[:, 0].tolist() == expected
         stepped = envs.step(np.ones(4, dtype=np.int64))[0]
         assert stepped[:, 0].tolist() == [x + 1 for x in expected]
+        assert roads[-1] == ("step", True)  # (every answer read: back on the lanes)
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
@@ -241,14 +245,18 @@ def test_a_worker_that_dies_inside_a_reset_on_the_lanes_gives_the_ray_calls_resu
         )
         with contextlib.closing(envs):
             envs.reset(seed=0)
+            pid = worker_pids(envs)[0]
             envs.set_attr("exit_on_reset", [True, False, False, False])
             first = envs.reset(seed=5)
+            assert worker_pids(envs)[0] != pid  # (it died, and was replaced)
             results[kind] = [first, envs.step(np.ones(4, dtype=np.int64)), envs.reset(seed=7)]
             if kind == transport:
                 assert roads[-3:] == [("reset", False), ("step", True), ("reset", True)]
                 assert transport_kinds(envs) == [_KINDS[transport]] * 2
     for ours, theirs in zip(results[transport], results["ray"], strict=True):
         np.testing.assert_equal(ours, theirs)
+    seeded = [FlakyEnv().reset(seed=5 + env)[0][0] for env in range(4)]  # (sent again as asked)
+    assert results["ray"][0][0][:, 0].tolist() == seeded
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
@@ -256,7 +264,7 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
     """`async_reset` posts each worker's reset with no ticket; `recv` gives the Ray calls'.
 
     Then again with worker 0 dying in its reset: the slow path's `recv` restarts it and
-    sends the replacement the same reset.
+    sends the replacement the same reset (a new episode: no lost one to report).
     """
     results = {}
     for kind in (transport, "ray"):
@@ -264,9 +272,10 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
             [OddInfoEnv] * 6, envs_per_worker=2, transport=kind, on_actor_failure="restart"
         )
         with contextlib.closing(envs):
-            got = []
+            got, pid = [], worker_pids(envs)[0]
             for seed in (4, 9):
-                if seed == 9:
+                if seed == 9:  # (this call also reads the workers' answers to the message
+                    # sharing ``odd``'s new info column: each has answered all it was sent)
                     envs.set_attr("exit_on_reset", [True] + [False] * 5)
                 envs.async_reset(seed=seed)
                 sent = [item.op for item in envs._engine._state.sent]  # (private)
@@ -274,6 +283,7 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
                 got.append(envs.recv(batch_size=6))
                 envs.send(np.array([1, 0, 1, 0, 1, 1]), [0, 1, 2, 3, 4, 5])
                 got.append(envs.recv(batch_size=6))
+            assert worker_pids(envs)[0] != pid  # (it died in the second reset, and was replaced)
             results[kind] = got
     for ours, theirs in zip(results[transport], results["ray"], strict=True):
         np.testing.assert_equal(ours, theirs)
