@@ -81,7 +81,7 @@ class FirstReadyVerbs:
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
                 self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
             return
-        args: list[tuple[Any, ...]] = []
+        args: list[tuple[Any, ...] | None] = []
         for worker in self._pool.workers:
             span = slice(worker.envs.start, worker.envs.stop)
             args.append((seeds[span], options_of_worker(options, span), None))
@@ -89,7 +89,7 @@ class FirstReadyVerbs:
         if lanes is not None and lanes.reset(args):
             return
         with deferred_interrupts():  # sent and in flight, or neither
-            call = self._calls.launch("reset", list(args), "async_reset")
+            call = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True
             self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
 

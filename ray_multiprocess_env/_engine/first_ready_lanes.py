@@ -23,7 +23,7 @@ waiting for it would be dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -98,14 +98,12 @@ class FirstReadyLanes:
             state.put_sent(sent)
         return True
 
-    def reset(self, args: list[tuple[Any, ...]]) -> bool:
+    def reset(self, args: Sequence[tuple[Any, ...] | None]) -> bool:
         """`FirstReadyVerbs.async_reset` (`args`: each worker's); False: the slow path's to do.
 
         Sent unless `Lanes.posts` says not; the call state must be idle (as it checked).
         """
-        lanes = self._lanes
-        found = lanes.now()
-        posts = None if found is None else lanes.posts(found, args)
+        posts = self._lanes.posts(args)
         if posts is None:
             return False
         called, messages, kept, _ = posts

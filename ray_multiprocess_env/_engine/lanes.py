@@ -265,27 +265,28 @@ class Lanes:
         Not sent (the slow path's to do) when `posts` says so. A Ctrl-C while it sends gives
         the reset up: nothing waits for its replies.
         """
-        found = self.now()
-        posts = None if found is None else self.posts(found, args)
-        if found is None or posts is None:
+        posts = self.posts(args)
+        if posts is None:
             return None
         called, messages, kept, key = posts
-        polled = found.polled(key)
+        polled = self._lanes.polled(key)  # (`posts` found the lanes of now)
         with DEFERRED:  # every reset sent, or the call given up
             seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
             return Call("reset", label, None, LaneCall("reset", called, polled, kept, seqs))
 
     def posts(
-        self, found: LaneSet, args: Sequence[tuple[Any, ...] | None]
+        self, args: Sequence[tuple[Any, ...] | None]
     ) -> tuple[list[Lane], list[bytes], list[Any], int] | None:
         """The lanes, messages and args of a reset of each worker whose `args` are not None.
 
-        And the key of those workers (a bit each). None (the slow path's to do) if no worker
-        is called, if lost-episode reports are owed (the slow path has them sent again
-        first), unless every such worker answered all it was sent before, or if an argument
-        cannot be serialized (the slow path says which).
+        And the key of those workers (a bit each). None (the slow path's to do) unless every
+        worker is on a hot transport (`now`), if no worker is called, if lost-episode reports
+        are owed (the slow path has them sent again first), unless every such worker answered
+        all it was sent before, or if an argument cannot be serialized (the slow path says
+        which).
         """
-        if self._pool.lost_episodes.any:
+        found = self.now()
+        if found is None or self._pool.lost_episodes.any:
             return None
         called, messages, kept, key = [], [], [], 0
         for lane, worker_args in zip(found.lanes, args, strict=True):
