@@ -5,9 +5,10 @@ A step or reset on the lanes has no tickets until something needs them
 reply could be read by nobody's ticket, or a call could wait for an answer to a message not all
 written: a worker that answered and then died while the other still steps, a verb that reads
 the workers' pipes while a `step_async` is pending or first-ready steps or resets are out, a
-TCP doorbell whose action rows the socket takes only part of, a reset that times out or whose
-worker dies in it. Each must give the call's own results, as the slow path would. And once a
-worker is replaced, the steps must go on the lanes again, over its new transport.
+TCP doorbell whose action rows the socket takes only part of, a reset that times out (as a
+synchronous call, or in a first-ready `recv`) or whose worker dies in it. Each must give the
+call's own results, as the slow path would. And once a worker is replaced, the steps must go on
+the lanes again, over its new transport.
 """
 
 from __future__ import annotations
@@ -310,6 +311,43 @@ def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the
         assert not any(terminated)
         assert not any(truncated)
         assert [float(o[0]) for o in vec.step([1, 1, 1, 1])[0]] == [1.0] * 4
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_flight(
+    transport, tmp_path
+):
+    """Worker 1's envs late at a shut gate in their `async_reset`: `recv` names them.
+
+    Worker 0's reset comes first, on the lanes. The timeout hands the resets left to the slow
+    path (their tickets made); its `recv`, once the gate opens, gives worker 1's own seeded
+    reset, and the next `send` is back on the lanes.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=60)
+    gate = Gate(str(tmp_path))
+    seeded = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
+    with contextlib.closing(envs):
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
+        envs.reset(seed=0)
+        envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
+        envs.async_reset(seed=3)
+        assert [item.op for item in envs._engine._state.sent] == ["reset"] * 2  # (private)
+        obs, *_, infos = envs.recv(batch_size=2)
+        assert infos["env_id"].tolist() == [0, 1]
+        assert obs[:, 0].tolist() == seeded[:2]
+        with pytest.raises(TimeoutError, match=r"`recv` timed out after 0.5 s: env\(s\) \[2, 3\]"):
+            envs.recv(timeout=0.5)  # (only the gate could end it)
+        assert envs._engine._state.sent == []  # (the reset left is the slow path's now)
+        gate.open()
+        obs, rewards, terminated, truncated, infos = envs.recv()
+        assert infos["env_id"].tolist() == [2, 3]
+        assert obs[:, 0].tolist() == seeded[2:]
+        assert rewards.tolist() == [0.0, 0.0]
+        assert not terminated.any()
+        assert not truncated.any()
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+        assert [item.op for item in envs._engine._state.sent] == ["step"] * 2  # (the lanes')
+        assert envs.recv()[0][:, 0].tolist() == [x + 1 for x in seeded]
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
