@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import time
 
 import gymnasium as gym
@@ -23,11 +24,17 @@ def _alive_actors() -> int:
 
 
 def _env_worker_processes() -> int:
+    """The worker processes of this test session's Ray (its raylet's children).
+
+    Not the machine's: another Ray on it (another test run, say) has workers of its own.
+    """
+    raylets = [p for p in psutil.Process().children() if p.name() == "raylet"]
+    assert len(raylets) == 1, raylets  # (the session's Ray, started by this process)
     count = 0
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(process.info["cmdline"] or [])
-        if cmdline.startswith("ray::EnvWorker"):
-            count += 1
+    for process in raylets[0].children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if " ".join(process.cmdline()).startswith("ray::EnvWorker"):
+                count += 1
     return count
 
 
@@ -63,8 +70,11 @@ def test_fifty_vector_envs_leave_nothing_behind():
     """
     actors, processes = _alive_actors(), _env_worker_processes()
     cpus = ray.available_resources().get("CPU", 0.0)
+    first = GymnasiumVectorEnv([lambda: gym.make("CartPole-v1")] * 2, envs_per_worker=1)
+    assert _env_worker_processes() == processes + 2  # (the count sees this session's workers)
+    first.close()
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        list(pool.map(_open_reset_close, range(50)))
+        list(pool.map(_open_reset_close, range(1, 50)))
     assert _wait_for(lambda: _alive_actors() <= actors), _alive_actors()
     assert _wait_for(lambda: _env_worker_processes() <= processes), _env_worker_processes()
     assert _wait_for(lambda: ray.available_resources().get("CPU", 0.0) >= cpus)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -100,6 +102,8 @@ _ENSURE_SCRIPT = textwrap.dedent(
     """
 )
 
+_BARE_INIT_SCRIPT = "import ray\nray.init()\nprint(ray.get_runtime_context().gcs_address)"
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -111,19 +115,23 @@ def _free_port() -> int:
 def test_a_cluster_left_by_ray_start_is_not_joined_nor_claimed():
     """`ray start --head` left running, no RAY_ADDRESS: ensure_runtime starts its own runtime.
 
-    A bare `ray.init()` joins such a cluster (through /tmp/ray/ray_current_cluster); the
-    library must not join it while saying it started a local runtime it may shut down.
+    A bare `ray.init()` joins such a cluster (through ray_current_cluster in Ray's temp dir);
+    the library must not join it while saying it started a local runtime it may shut down.
+    The cluster and the scripts share a temp dir of their own (``RAY_TMPDIR``; short, for Ray's
+    socket paths): no other process on the machine finds the cluster, and the machine's own
+    /tmp/ray/ray_current_cluster (a developer's `ray start`, say) is left as it was.
     """
     port = _free_port()
-    current = pathlib.Path("/tmp/ray/ray_current_cluster")
-    before = current.read_text() if current.exists() else None
+    temp = tempfile.mkdtemp(prefix="rs-", dir="/tmp")
+    current = pathlib.Path(temp, "ray", "ray_current_cluster")
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     command = [ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=1"]
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     head = subprocess.Popen(
         [*command, "--include-dashboard=false"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+        env={**environ, "RAY_TMPDIR": temp},
     )
     try:
         deadline = time.monotonic() + 120
@@ -131,7 +139,9 @@ def test_a_cluster_left_by_ray_start_is_not_joined_nor_claimed():
             assert head.poll() is None, "`ray start --head` exited"
             assert time.monotonic() < deadline, "`ray start --head` did not come up in 120 s"
             time.sleep(0.5)
-        result = _run(_ENSURE_SCRIPT)
+        joined = _run(_BARE_INIT_SCRIPT, RAY_TMPDIR=temp)  # (what the library must not do)
+        assert joined.stdout.strip().endswith(f":{port}"), joined.stderr
+        result = _run(_ENSURE_SCRIPT, RAY_TMPDIR=temp)
         assert result.returncode == 0, result.stderr
         assert "started_runtime True" in result.stdout
         assert "shut_down True" in result.stdout
@@ -144,7 +154,4 @@ def test_a_cluster_left_by_ray_start_is_not_joined_nor_claimed():
         except subprocess.TimeoutExpired:
             head.kill()
             head.wait(timeout=30)
-        if before is None:
-            current.unlink(missing_ok=True)
-        else:
-            current.write_text(before)
+        shutil.rmtree(temp, ignore_errors=True)
