@@ -29,12 +29,7 @@ from ray_multiprocess_env.errors import (
 
 __all__ = [
     "Calls",
-    "options_of_env",
-    "options_of_worker",
     "partial_replies",
-    "reset_kwargs",
-    "reset_positions",
-    "ticket_positions",
 ]
 
 
@@ -384,32 +379,3 @@ def partial_replies(call: Call) -> dict[int, Any] | None:
         else:
             return None
     return replies
-
-
-def reset_kwargs(seed: int | None, options: Any) -> dict[str, Any]:
-    """The keyword arguments of one env's ``reset`` (None values left out)."""
-    kwargs: dict[str, Any] = {} if seed is None else {"seed": seed}
-    if options is not None:
-        kwargs["options"] = options
-    return kwargs
-
-
-def options_of_env(options: Any, env: int) -> Any:
-    """Env `env`'s options: the one dict for all, or its entry of one per env."""
-    return options if options is None or isinstance(options, Mapping) else options[env]
-
-
-def options_of_worker(options: Any, span: slice) -> Any:
-    """A worker's part of options: the one dict for all, or its entries of one per env."""
-    return options if options is None or isinstance(options, Mapping) else list(options[span])
-
-
-def reset_positions(args: tuple[Any, ...] | None) -> list[int] | None:
-    """The positions a ``reset`` with these arguments resets (None: all of the worker's)."""
-    mask = None if args is None else args[2]
-    return None if mask is None else [k for k, m in enumerate(mask) if m]
-
-
-def ticket_positions(ticket: Ticket) -> list[int] | None:
-    """The positions a ``step`` or ``reset`` ticket ran in its worker (None: all)."""
-    return ticket.args[1] if ticket.op == "step" else reset_positions(ticket.args)

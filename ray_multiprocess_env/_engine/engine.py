@@ -26,13 +26,7 @@ import ray
 
 from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.call_state import Call, CallState, hand_out
-from ray_multiprocess_env._engine.calls import (
-    Calls,
-    options_of_env,
-    options_of_worker,
-    reset_kwargs,
-    reset_positions,
-)
+from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
@@ -40,6 +34,7 @@ from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
+from ray_multiprocess_env._engine.reset_args import env_kwargs, reset_positions, worker_args
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
@@ -202,21 +197,18 @@ class Engine(StepVerbs):
             seeds, range(self.spec.num_envs) if envs is None else envs.tolist()
         )
         if self._store is None:
-            kwargs = [
-                reset_kwargs(seed, options_of_env(options, env)) for env, seed in enumerate(seeds)
-            ]
+            kwargs = env_kwargs(seeds, options)
             skip = [mask is not None and not mask[env] for env in range(len(seeds))]
             rows = self._calls.apply("reset", [None if s else () for s in skip], kwargs, label)
             make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
             return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
         args: list[tuple[Any, ...] | None] = []
-        for worker in self._pool.workers:
-            span = slice(worker.envs.start, worker.envs.stop)
-            worker_mask = None if mask is None else mask[span].tolist()
+        for part in worker_args(self._pool.workers, seeds, options, mask):
+            worker_mask = part[2]
             if worker_mask is not None and in_flight_ok and not any(worker_mask):
                 args.append(None)  # (otherwise it answers once earlier calls are done)
             else:
-                args.append((seeds[span], options_of_worker(options, span), worker_mask))
+                args.append(part)
         replies = self._run_reset(args, label)
         self._store.ready[envs if envs is not None else slice(None)] = True
         positions = [reset_positions(a) for a in args]

@@ -17,17 +17,12 @@ import numpy as np
 
 from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
-from ray_multiprocess_env._engine.calls import (
-    Calls,
-    options_of_env,
-    options_of_worker,
-    reset_kwargs,
-    ticket_positions,
-)
+from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
+from ray_multiprocess_env._engine.reset_args import env_kwargs, ticket_positions, worker_args
 from ray_multiprocess_env._engine.splits import Split, split_per_worker
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
@@ -76,15 +71,12 @@ class FirstReadyVerbs:
             driver_threads.fit_torch()  # (as `Engine.reset`)
         seeds = self._pool.seeds.for_reset(seeds, range(self.spec.num_envs))
         if self._store is None:
-            kwargs = [reset_kwargs(s, options_of_env(options, env)) for env, s in enumerate(seeds)]
+            kwargs = env_kwargs(seeds, options)
             with deferred_interrupts():  # sent and in flight, or neither
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
                 self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
             return
-        args: list[tuple[Any, ...] | None] = []
-        for worker in self._pool.workers:
-            span = slice(worker.envs.start, worker.envs.stop)
-            args.append((seeds[span], options_of_worker(options, span), None))
+        args: list[tuple[Any, ...] | None] = list(worker_args(self._pool.workers, seeds, options))
         lanes = self._ready_lanes
         if lanes is not None and lanes.reset(args):
             return
