@@ -6,9 +6,9 @@ reply could be read by nobody's ticket, or a call could wait for an answer to a 
 written: a worker that answered and then died while the other still steps, a verb that reads
 the workers' pipes while a `step_async` is pending or first-ready steps or resets are out, a
 TCP doorbell whose action rows the socket takes only part of, a reset that times out (as a
-synchronous call, or in a first-ready `recv`) or whose worker dies in it. Each must give the
-call's own results, as the slow path would. And once a worker is replaced, the steps must go on
-the lanes again, over its new transport.
+synchronous call, or in a first-ready `recv`) or whose worker dies in it, a late answer read
+as a reset's. Each must give the call's own results, as the slow path would. And once a worker
+is replaced, the steps must go on the lanes again, over its new transport.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
 from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
 from tests.helpers import assert_killed, transport_kinds, worker_pids
 from tests.interrupts import Gate
@@ -232,6 +233,39 @@ def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(transport,
         stepped = envs.step(np.ones(4, dtype=np.int64))[0]
         assert stepped[:, 0].tolist() == [x + 1 for x in expected]
         assert roads[-1] == ("step", True)  # (every answer read: back on the lanes)
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_late_answer_that_meets_a_reset_on_the_lanes_is_not_taken_for_its_answer(
+    transport, roads, tmp_path
+):
+    """The second guard: an answer is the lanes' only if its sequence number is the call's.
+
+    `can_post` (the first) keeps a reset off the lanes while a worker has an answer still to
+    come; with it let through, the reset after a timed-out one is posted on the lanes, and
+    the late answer comes first. It must go to the slow path, which gives the new reset's own
+    seeded observations, not the late reset's.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
+    gate = Gate(str(tmp_path))
+    with contextlib.closing(envs):
+        assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
+        envs.reset(seed=0)
+        envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
+        with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer"):
+            envs.reset(seed=1)
+        seen = len(roads)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(SharedMemoryTransport, "can_post", lambda self: not self.broken)
+            gate.open()  # the late resets finish in their worker
+            assert _readable(envs, 1)  # (seed 1's answer waits in its pipe, read first)
+            obs = envs.reset(seed=3)[0]
+        assert roads[seen:] == [("reset", False)]  # (posted on the lanes; the late answer met)
+        assert obs[:, 0].tolist() == [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
+        assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == [
+            x + 1 for x in obs[:, 0].tolist()
+        ]
+        assert roads[-1] == ("step", True)
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
