@@ -12,6 +12,7 @@ import pytest
 import ray
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
+from tests.helpers import worker_pids
 
 pytestmark = pytest.mark.slow
 
@@ -23,19 +24,23 @@ def _alive_actors() -> int:
     return sum(1 for actor in table.values() if actor["State"] == "ALIVE")
 
 
-def _env_worker_processes() -> int:
+def _env_worker_pids() -> set[int]:
     """The worker processes of this test session's Ray (its raylet's children).
 
     Not the machine's: another Ray on it (another test run, say) has workers of its own.
     """
     raylets = [p for p in psutil.Process().children() if p.name() == "raylet"]
     assert len(raylets) == 1, raylets  # (the session's Ray, started by this process)
-    count = 0
+    pids = set()
     for process in raylets[0].children():
         with contextlib.suppress(psutil.NoSuchProcess):
             if " ".join(process.cmdline()).startswith("ray::EnvWorker"):
-                count += 1
-    return count
+                pids.add(process.pid)
+    return pids
+
+
+def _env_worker_processes() -> int:
+    return len(_env_worker_pids())
 
 
 def _wait_for(predicate, within: float = 60.0) -> bool:
@@ -57,9 +62,12 @@ def _open_reset_close(i: int) -> None:
         vec.reset()
         vec.close()
     else:
-        envs = GymnasiumVectorEnv(make, envs_per_worker=per_worker, actor_options=options)
-        envs.reset(seed=i)
-        envs.close()
+        with contextlib.closing(
+            GymnasiumVectorEnv(make, envs_per_worker=per_worker, actor_options=options)
+        ) as envs:
+            envs.reset(seed=i)
+            if i == 0:  # (the count of processes sees this session's workers)
+                assert set(worker_pids(envs)) <= _env_worker_pids()
 
 
 def test_fifty_vector_envs_leave_nothing_behind():
@@ -70,11 +78,8 @@ def test_fifty_vector_envs_leave_nothing_behind():
     """
     actors, processes = _alive_actors(), _env_worker_processes()
     cpus = ray.available_resources().get("CPU", 0.0)
-    first = GymnasiumVectorEnv([lambda: gym.make("CartPole-v1")] * 2, envs_per_worker=1)
-    assert _env_worker_processes() == processes + 2  # (the count sees this session's workers)
-    first.close()
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
-        list(pool.map(_open_reset_close, range(1, 50)))
+        list(pool.map(_open_reset_close, range(50)))
     assert _wait_for(lambda: _alive_actors() <= actors), _alive_actors()
     assert _wait_for(lambda: _env_worker_processes() <= processes), _env_worker_processes()
     assert _wait_for(lambda: ray.available_resources().get("CPU", 0.0) >= cpus)
