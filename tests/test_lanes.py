@@ -210,12 +210,18 @@ def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_us
         assert obs[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
 
 
+@pytest.mark.parametrize("first_guard", [True, False], ids=["can_post", "sequence-only"])
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(transport, roads, tmp_path):
+def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(
+    transport, first_guard, roads, tmp_path
+):
     """Worker 1's envs late at a shut gate: the slow path's `TimeoutError` names them.
 
-    The late answer, when it comes, is nobody's: the next reset (the slow path's, as an answer
-    is still to come) and step give their own, and the step is back on the lanes.
+    The late answer, when it comes, is nobody's. `can_post` (the first guard) keeps the next
+    reset off the lanes while it is still to come: the slow path's. With that guard let
+    through, the reset is posted on the lanes and reads the late answer first; the second
+    guard, the sequence number `read_lane` checks, hands it to the slow path. Either way the
+    reset and the step give their own, and the step is back on the lanes.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
     gate = Gate(str(tmp_path))
@@ -226,46 +232,19 @@ def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(transport,
         with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer"):
             envs.reset(seed=1)
         assert roads[-1] == ("reset", False)  # (sent on the lanes; the slow path timed it out)
-        gate.open()  # the late resets finish in their worker (and the next pass the gate)
-        obs = envs.reset(seed=3)[0]
+        seen = len(roads)
+        with pytest.MonkeyPatch.context() as patch:  # (not `monkeypatch`: `roads` stays)
+            if not first_guard:
+                patch.setattr(SharedMemoryTransport, "can_post", lambda self: not self.broken)
+            gate.open()  # the late resets finish in their worker (and the next pass the gate)
+            assert _readable(envs, 1)  # (seed 1's answer waits in its pipe)
+            obs = envs.reset(seed=3)[0]
+        assert roads[seen:] == ([] if first_guard else [("reset", False)])  # (met: slow path)
         expected = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
         assert obs[:, 0].tolist() == expected
         stepped = envs.step(np.ones(4, dtype=np.int64))[0]
         assert stepped[:, 0].tolist() == [x + 1 for x in expected]
         assert roads[-1] == ("step", True)  # (every answer read: back on the lanes)
-
-
-@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_late_answer_that_meets_a_reset_on_the_lanes_is_not_taken_for_its_answer(
-    transport, roads, tmp_path
-):
-    """The second guard: an answer is the lanes' only if its sequence number is the call's.
-
-    `can_post` (the first) keeps a reset off the lanes while a worker has an answer still to
-    come; with it let through, the reset after a timed-out one is posted on the lanes, and
-    the late answer comes first. It must go to the slow path, which gives the new reset's own
-    seeded observations, not the late reset's.
-    """
-    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
-    gate = Gate(str(tmp_path))
-    with contextlib.closing(envs):
-        assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
-        envs.reset(seed=0)
-        envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
-        with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer"):
-            envs.reset(seed=1)
-        seen = len(roads)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(SharedMemoryTransport, "can_post", lambda self: not self.broken)
-            gate.open()  # the late resets finish in their worker
-            assert _readable(envs, 1)  # (seed 1's answer waits in its pipe, read first)
-            obs = envs.reset(seed=3)[0]
-        assert roads[seen:] == [("reset", False)]  # (posted on the lanes; the late answer met)
-        assert obs[:, 0].tolist() == [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
-        assert envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist() == [
-            x + 1 for x in obs[:, 0].tolist()
-        ]
-        assert roads[-1] == ("step", True)
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
