@@ -76,7 +76,7 @@ class FirstReadyVerbs:
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
                 self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
             return
-        args: list[tuple[Any, ...] | None] = list(worker_args(self._pool.workers, seeds, options))
+        args = worker_args(self._pool.workers, seeds, options)
         lanes = self._ready_lanes
         if lanes is not None and lanes.reset(args):
             return

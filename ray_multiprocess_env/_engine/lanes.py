@@ -268,22 +268,21 @@ class Lanes:
         posts = self.posts(args)
         if posts is None:
             return None
-        called, messages, kept, key = posts
-        polled = self._lanes.polled(key)  # (`posts` found the lanes of now)
+        called, messages, kept, polled = posts
         with DEFERRED:  # every reset sent, or the call given up
             seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
             return Call("reset", label, None, LaneCall("reset", called, polled, kept, seqs))
 
     def posts(
         self, args: Sequence[tuple[Any, ...] | None]
-    ) -> tuple[list[Lane], list[bytes], list[Any], int] | None:
+    ) -> tuple[list[Lane], list[bytes], list[Any], Polled] | None:
         """The lanes, messages and args of a reset of each worker whose `args` are not None.
 
-        And the key of those workers (a bit each). None (the slow path's to do) unless every
-        worker is on a hot transport (`now`), if no worker is called, if lost-episode reports
-        are owed (the slow path has them sent again first), unless every such worker answered
-        all it was sent before, or if an argument cannot be serialized (the slow path says
-        which).
+        And a poller of those workers' pipes (`LaneSet.polled`). None (the slow path's to do)
+        unless every worker is on a hot transport (`now`), if no worker is called, if
+        lost-episode reports are owed (the slow path has them sent again first), unless every
+        such worker answered all it was sent before, or if an argument cannot be serialized
+        (the slow path says which).
         """
         found = self.now()
         if found is None or self._pool.lost_episodes.any:
@@ -302,7 +301,7 @@ class Lanes:
             called.append(lane)
             kept.append(worker_args)
             key |= 1 << lane.worker
-        return (called, messages, kept, key) if called else None
+        return (called, messages, kept, found.polled(key)) if called else None
 
     def wait(self, call: Call, deadline: float | None) -> bool:
         """Whether every worker of `call` answered in place (`batch`, `replies` then).
