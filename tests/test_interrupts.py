@@ -29,7 +29,7 @@ from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTr
 from ray_multiprocess_env._engine.transports.tcp import TcpTransport
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
-from tests.envs import FlakyEnv
+from tests.envs import DyingEnv, FlakyEnv
 from tests.helpers import worker_pids
 from tests.interrupts import interrupt_at_line, lines_of
 
@@ -437,3 +437,35 @@ def test_ctrl_c_at_any_line_of_a_tianshou_async_step_leaves_waiting_id_true():
         assert fired_in > 5
         *_, infos = envs.step(np.ones(2, dtype=np.int64), [1, 3])
         assert sorted(info["env_id"] for info in infos) == [1, 3]
+
+
+@pytest.mark.parametrize("transport", ["auto", "pipe", "tcp"])
+def test_ctrl_c_at_any_line_of_a_lost_workers_break_leaves_recv_every_result(transport):
+    """Ctrl-C anywhere while `recv` finds a worker's pipe ended: no ticket is left on it.
+
+    The next `recv` restarts the worker, and each env's result (the lost worker's envs cut
+    short) comes back once.
+    """
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart", transport=transport
+    )
+    with contextlib.closing(envs):
+        fired_in = 0
+        for line in lines_of(PipeTransport._break):
+            envs.reset(seed=0)  # (not the autoreset of the envs cut short the round before)
+            envs.set_attr("taken", [1, 1, -100, -100])  # worker 0 dies in its next step
+            envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+            truncated: dict[int, bool] = {}
+            fired: list[bool] = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(PipeTransport._break, line) as fired:
+                    *_, cut, infos = envs.recv()
+                    truncated.update(zip(_ids(infos), cut.tolist(), strict=True))
+            fired_in += bool(fired)
+            while envs._engine.busy_envs():  # (private) what is still in flight comes back
+                *_, cut, infos = envs.recv(timeout=20)
+                for env, value in zip(_ids(infos), cut.tolist(), strict=True):
+                    assert env not in truncated, f"env {env} came back twice ({line})"
+                    truncated[env] = value
+            assert truncated == {0: True, 1: True, 2: False, 3: False}, line
+        assert fired_in >= 3  # (the lines ran: the interrupts were real)

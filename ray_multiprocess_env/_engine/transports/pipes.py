@@ -285,10 +285,12 @@ class PipeTransport:
         """Nothing: infos travel in the replies."""
 
     def _break(self) -> None:
-        self._lost = self._death()  # (before `broken`: `adopt` gives it to every new ticket)
-        self.broken = True
-        self._settle_waiting(self._lost)
-        self._outbox.clear()
+        lost = self._death()  # (asking Ray why may take a moment: interrupts let through)
+        with DEFERRED:  # lost, with every ticket waiting settled, or nothing changed
+            self._lost = lost  # (before `broken`: `adopt` gives it to every new ticket)
+            self.broken = True
+            self._settle_waiting(lost)
+            self._outbox.clear()
 
     def _settle_waiting(self, outcome: Outcome) -> None:
         """Give every ticket still waiting on this transport `outcome` (the worker is lost)."""
@@ -311,16 +313,17 @@ class PipeTransport:
         Tickets still waiting are settled as lost with the worker (a restart sends them to
         the new one), so none waits on a closed (and maybe reused) descriptor.
         """
-        if self._lost is None:
-            cause = RuntimeError("the worker's pipes were closed")
-            self._lost = Outcome(False, error=cause, died=True)
-        self._settle_waiting(self._lost)
-        if self._go >= 0:
-            for fd in {self._go, self._done}:  # (one socket is both)
+        with DEFERRED:  # closed, with every ticket settled, or nothing changed
+            if self._lost is None:
+                cause = RuntimeError("the worker's pipes were closed")
+                self._lost = Outcome(False, error=cause, died=True)
+            self._settle_waiting(self._lost)
+            fds = {self._go, self._done} - {-1}  # (one socket is both)
+            self._go = self._done = -1
+            self.broken = True
+            for fd in fds:  # (never closed twice: a number the kernel may give out again)
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._go = self._done = -1
-        self.broken = True
 
 
 #: The outcomes of the workers' answers seen, by their `status.code_of` (a few: one per set
