@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv
+from ray_multiprocess_env import ClosedEnvError, GymnasiumVectorEnv, RayVectorEnv
 from ray_multiprocess_env._engine.call_state import CallState, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
@@ -437,6 +437,33 @@ def test_ctrl_c_at_any_line_of_a_tianshou_async_step_leaves_waiting_id_true():
         assert fired_in > 5
         *_, infos = envs.step(np.ones(2, dtype=np.int64), [1, 3])
         assert sorted(info["env_id"] for info in infos) == [1, 3]
+
+
+@pytest.mark.in_process  # (the engine's own `close`: its workers are threads here)
+def test_ctrl_c_at_any_line_of_close_leaves_no_worker_running():
+    """Ctrl-C anywhere in `close`: once a second `close` returns, no worker is left running.
+
+    (As a user does after a Ctrl-C, or gymnasium's ``__del__``.) The first `close` may have
+    released them already; once it began, every other verb is refused.
+    """
+    fired_in = 0
+    for line in lines_of(Engine.close):
+        envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
+        workers = [worker.actor for worker in envs._engine.workers]  # (private)
+        try:
+            envs.reset()
+            fired: list[bool] = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(Engine.close, line) as fired:
+                    envs.close()
+            fired_in += bool(fired)
+            if envs._engine.closed:  # (private) the Ctrl-C came once `close` began
+                with pytest.raises(ClosedEnvError):
+                    envs.step(np.ones(4, dtype=np.int64))
+        finally:
+            envs.close()
+        assert all(worker.dead for worker in workers), line
+    assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("transport", ["auto", "pipe", "tcp"])

@@ -80,6 +80,7 @@ class Engine(StepVerbs):
         self._lanes: Lanes | None = None
         self._ready_lanes: FirstReadyLanes | None = None
         self._workers_here = 0  # worker processes on the driver's node (`driver_threads`)
+        self._released = False  # `close` killed (or let go of) the workers
         self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
         try:
             self.spec = EngineSpec(pool.num_envs)
@@ -285,18 +286,22 @@ class Engine(StepVerbs):
 
         An env whose ``close`` fails or does not answer in time is logged and its worker
         killed anyway; with ``kill=False`` (the user keeps the actors) the failure is raised.
+        A Ctrl-C that stops it before the workers are released leaves the rest to the next
+        ``close``.
         """
-        if self.closed:
+        if self._released:
             return
-        pending, in_flight = self._state.close()
-        if pending is not None:
-            self._calls.abandon(pending)
-        self._calls.abandon(Call("close", "close", [t for t, _ in in_flight]))
         try:
-            if self._pool.launcher.reachable():
-                self._close_envs(kill)
+            if not self.closed:  # (a second `close`, after a Ctrl-C: only the release is left)
+                pending, in_flight = self._state.close()
+                if pending is not None:
+                    self._calls.abandon(pending)
+                self._calls.abandon(Call("close", "close", [t for t, _ in in_flight]))
+                if self._pool.launcher.reachable():
+                    self._close_envs(kill)
         finally:
             with deferred_interrupts():  # all or nothing: no worker left running
+                self._state.close()  # (closed, if a Ctrl-C came before the line that does it)
                 if kill:
                     self._pool.kill()
                 else:
@@ -305,6 +310,7 @@ class Engine(StepVerbs):
                 self._release_memory()
                 driver_threads.remove_workers(self._workers_here)
                 self._workers_here = 0
+                self._released = True
 
     # -- helpers -----------------------------------------------------------------------------
     def _beside_pending(self, name: str) -> None:
