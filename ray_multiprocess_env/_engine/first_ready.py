@@ -20,6 +20,7 @@ from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, h
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, NotHot
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
 from ray_multiprocess_env._engine.reset_args import env_kwargs, ticket_positions, worker_args
@@ -123,7 +124,7 @@ class FirstReadyVerbs:
             TimeoutError: Names the envs still out; they stay in flight.
             RemoteEnvError: An env raised (or a worker died and is not restarted).
         """
-        min_envs = self._state.recv_size(batch_size)
+        min_envs, timeout = self._state.recv_size(batch_size), check_wait(timeout)
         seconds = self._pool.options.timeout if timeout is None else timeout
         deadline = deadline_in(seconds)
         lanes = self._ready_lanes

@@ -37,6 +37,7 @@ __all__ = [
     "check_observation_mode",
     "check_positive_int",
     "check_seed_list",
+    "check_wait",
     "check_worker_options",
     "envs_per_worker_argument",
 ]
@@ -190,6 +191,25 @@ def check_timeout(timeout: Any) -> float | None:
             f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
         )
     return None if math.isinf(timeout) else float(timeout)
+
+
+def check_wait(timeout: Any) -> float | None:
+    """A wait's own `timeout` (`step_wait`, `recv`): seconds >= 0, or None (the options')."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
+        raise TypeError(
+            f"`timeout` must be a number of seconds, or None for the vector env's own "
+            f"`timeout`, got {timeout!r}."
+        )
+    seconds = float(timeout)
+    if not 0 <= seconds < math.inf:  # (NaN too)
+        raise ValueError(
+            f"`timeout` must be a finite number of seconds >= 0, or None for the vector env's "
+            f"own `timeout` (make the vector env with ``timeout=None`` to wait as long as the "
+            f"envs take), got {timeout!r}."
+        )
+    return seconds
 
 
 def check_transport(transport: Any) -> str:

@@ -19,6 +19,7 @@ from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
 from ray_multiprocess_env.batch import split_batch
@@ -61,6 +62,7 @@ class StepVerbs(FirstReadyVerbs):
         finish: Callable[[Batch], T] = as_is,
     ) -> T:
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
+        timeout = check_wait(timeout)  # (before the step is taken: a typo loses nothing)
         return self._wait_step(self._state.take_pending(), timeout, finish)
 
     def _launch_step(self, actions: Any) -> Call:

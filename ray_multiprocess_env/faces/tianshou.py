@@ -11,6 +11,7 @@ envs that finished first, on the engine's first-ready ``send``/``recv``.
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -97,10 +98,10 @@ class TianshouVectorEnv(BaseVectorEnv):
         if wait_timeout is not None and (
             isinstance(wait_timeout, bool)
             or not isinstance(wait_timeout, numbers.Real)
-            or not wait_timeout > 0
+            or not 0 < wait_timeout < math.inf
         ):
             raise ValueError(
-                f"`wait_timeout` must be a positive number of seconds or None, got "
+                f"`wait_timeout` must be a positive number of seconds (finite) or None, got "
                 f"{wait_timeout!r}."
             )
         checked = Options.make(options, where=type(self).__name__, own=type(self).__init__)

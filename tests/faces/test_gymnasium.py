@@ -6,7 +6,9 @@ each Ray transport is in tests/test_transports.py.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -406,3 +408,28 @@ def test_call_passes_a_keyword_named_name():
     envs = GymnasiumVectorEnv([NamedCallEnv] * 2, envs_per_worker=2)
     assert envs.call("greet", name="ada") == ("hello ada", "hello ada")
     envs.close()
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [("5", TypeError), (True, TypeError), (-1, ValueError), (float("nan"), ValueError),
+     (float("inf"), ValueError)],
+)  # fmt: skip
+def test_a_wait_with_a_bad_timeout_names_it_and_loses_no_call(bad, error):
+    """`step_wait` and `recv` refuse a `timeout` that is not seconds before touching anything.
+
+    The step stays pending for the next `step_wait`, and the envs sent stay in flight.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.step_async(np.ones(3, dtype=np.int64))
+        with pytest.raises(error, match=rf"`timeout` must be .*, got {re.escape(repr(bad))}\."):
+            envs.step_wait(timeout=bad)
+        assert envs.step_wait()[0][:, 0].tolist() == [1.0, 1.0, 1.0]
+        envs.send(np.ones(2, dtype=np.int64), [0, 2])
+        with pytest.raises(error, match=rf"`timeout` must be .*, got {re.escape(repr(bad))}\."):
+            envs.recv(timeout=bad)
+        obs, *_, infos = envs.recv()
+        got = dict(zip(infos["env_id"].tolist(), obs[:, 0].tolist(), strict=True))
+        assert got == {0: 2.0, 2: 2.0}

@@ -242,6 +242,8 @@ def test_user_errors_name_the_argument_and_the_fix():
         TianshouVectorEnv([CARTPOLE] * 2, wait_num=5)
     with pytest.raises(ValueError, match=r"`wait_timeout` must be a positive number"):
         TianshouVectorEnv([CARTPOLE] * 2, wait_timeout=0)
+    with pytest.raises(ValueError, match=r"`wait_timeout` must be .*\(finite\).* got inf"):
+        TianshouVectorEnv([CARTPOLE] * 2, wait_timeout=float("inf"))
     envs = make_tianshou_vector_env("CartPole-v1", 3, num_workers=1)
     with contextlib.closing(envs):
         envs.reset()
