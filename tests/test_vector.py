@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -394,3 +395,23 @@ def test_optional_action_space_check(layout):
         with pytest.raises(ValueError, match=r"`actions\[0\]` = -1 for env 1 is outside"):
             vec.send([-1], [1])
         assert [o.item() for o in vec.step([1, 2])[0]] == [1.0, 2.0]
+
+
+@pytest.mark.in_process
+def test_a_reset_that_sends_nothing_leaves_the_seeds_kept():
+    """Seeds `seed` keeps for gymnasium envs are used up only by a reset that was sent.
+
+    A `reset_env` whose options cannot be serialized sends nothing: the next reset of each
+    env still gets the seed kept for it.
+    """
+    vec = RayVectorEnv.from_env_fns([FlakyEnv] * 3, envs_per_worker=2)
+    with vec:
+        vec.reset()
+        assert vec.seed([5, 6, 7]) == [5, 6, 7]  # (no `seed` method: kept for the next reset)
+        with pytest.raises(TypeError, match=r"cannot be serialized.*nothing was sent"):
+            vec.reset_env(0, options={"lock": threading.Lock()})
+        expected = [FlakyEnv().reset(seed=seed)[0][0] for seed in (5, 6, 7)]
+        observations, _ = vec.reset()
+        assert [obs[0] for obs in observations] == expected
+        observations, _ = vec.reset()
+        assert [obs[0] for obs in observations] == [0.0, 0.0, 0.0]  # (used up: unseeded)

@@ -194,13 +194,15 @@ class Engine(StepVerbs):
             self._state.check_not_busy(envs.tolist(), "resetting it")
         if self._store is not None and mask is not None and others_reset:
             self._store.check_ready(mask)
-        seeds = self._pool.seeds.for_reset(
-            seeds, range(self.spec.num_envs) if envs is None else envs.tolist()
-        )
+        reset = range(self.spec.num_envs) if envs is None else envs.tolist()
+        seeds = self._pool.seeds.for_reset(seeds, reset)
         if self._store is None:
             kwargs = env_kwargs(seeds, options)
             skip = [mask is not None and not mask[env] for env in range(len(seeds))]
-            rows = self._calls.apply("reset", [None if s else () for s in skip], kwargs, label)
+            args_per_env = [None if s else () for s in skip]
+            call = self._calls.launch_apply("reset", args_per_env, kwargs, label)
+            self._pool.seeds.sent(seeds, reset)
+            rows = self._calls.spread(self._calls.wait(call))
             make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
             return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
         args: list[tuple[Any, ...] | None] = []
@@ -210,20 +212,28 @@ class Engine(StepVerbs):
                 args.append(None)  # (otherwise it answers once earlier calls are done)
             else:
                 args.append(part)
-        replies = self._run_reset(args, label)
+        replies = self._run_reset(args, label, lambda: self._pool.seeds.sent(seeds, reset))
         self._store.ready[envs if envs is not None else slice(None)] = True
         positions = [reset_positions(a) for a in args]
         make = lambda: self._assemble(replies, positions, envs)  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
-    def _run_reset(self, args: list[tuple[Any, ...] | None], label: str) -> list[Any]:
-        """The workers' replies to a reset: on their lanes while all goes well."""
+    def _run_reset(
+        self, args: list[tuple[Any, ...] | None], label: str, sent: Callable[[], None]
+    ) -> list[Any]:
+        """The workers' replies to a reset: on their lanes while all goes well.
+
+        `sent` runs once the reset was sent (never if nothing was).
+        """
         lanes, deadline = self._lanes, deadline_in(self._pool.options.timeout)
         call = None if lanes is None else lanes.launch_reset(args, label)
         if call is None:
             call = self._calls.launch("reset", args, label)
-        elif lanes is not None and lanes.wait(call, deadline):  # (`lanes`: for mypy)
-            return lanes.replies(call)
+            sent()
+        else:
+            sent()
+            if lanes is not None and lanes.wait(call, deadline):  # (`lanes`: for mypy)
+                return lanes.replies(call)
         return self._calls.wait(call, deadline=deadline)
 
     # -- calls on envs -----------------------------------------------------------------------------

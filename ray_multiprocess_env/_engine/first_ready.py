@@ -70,21 +70,25 @@ class FirstReadyVerbs:
         self._state.check_idle("async_reset")
         if self._workers_here:
             driver_threads.fit_torch()  # (as `Engine.reset`)
-        seeds = self._pool.seeds.for_reset(seeds, range(self.spec.num_envs))
+        every = range(self.spec.num_envs)
+        seeds = self._pool.seeds.for_reset(seeds, every)
         if self._store is None:
             kwargs = env_kwargs(seeds, options)
-            with deferred_interrupts():  # sent and in flight, or neither
+            with deferred_interrupts():  # sent, in flight and the seeds used up, or none
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
                 self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+                self._pool.seeds.sent(seeds, every)
             return
         args = worker_args(self._pool.workers, seeds, options)
         lanes = self._ready_lanes
         if lanes is not None and lanes.reset(args):
+            self._pool.seeds.sent(seeds, every)
             return
-        with deferred_interrupts():  # sent and in flight, or neither
+        with deferred_interrupts():  # sent, in flight and the seeds used up, or none
             call = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True
             self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+            self._pool.seeds.sent(seeds, every)
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""

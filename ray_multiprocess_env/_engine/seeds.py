@@ -32,15 +32,22 @@ class SeedBook:
     ) -> list[int | None]:
         """The seed of each env for a reset of `envs`: the one given, else the one kept.
 
-        The seeds kept for `envs` are used up; every seed given becomes its env's last.
+        Nothing is used up until `sent` says the reset was sent.
         """
         out: list[int | None] = [None] * len(self.last) if seeds is None else list(seeds)
         for env in envs:
             if out[env] is None:
                 out[env] = self._kept[env]
-            self._kept[env] = None
-        self.note(out)
         return out
+
+    def sent(self, seeds: Sequence[int | None], envs: Iterable[int]) -> None:
+        """A reset of `envs` with `seeds` (`for_reset`'s) was sent: their kept seeds are used up.
+
+        Every seed given becomes its env's last.
+        """
+        for env in envs:
+            self._kept[env] = None
+        self.note(seeds)
 
     def note(self, seeds: Sequence[int | None]) -> None:
         """Remember each env's last seed."""
