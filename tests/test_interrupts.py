@@ -496,3 +496,25 @@ def test_ctrl_c_at_any_line_of_a_lost_workers_break_leaves_recv_every_result(tra
                     truncated[env] = value
             assert truncated == {0: True, 1: True, 2: False, 3: False}, line
         assert fired_in >= 3  # (the lines ran: the interrupts were real)
+
+
+def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true():
+    """Ctrl-C anywhere in pfrl's `reset(mask)` and its note of what came back.
+
+    The observations the face keeps (what a reset that keeps every env returns) are the envs'
+    own: a reset is noted in full inside the hand-out, or not at all.
+    """
+    envs = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in _rounds([RayVectorEnv.reset, RayVectorEnv._reset_done]):
+            envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.reset([False, True, False, True])  # (envs 0 and 2)
+            fired_in += bool(fired)
+            kept, _ = envs.reset([True] * 4)
+            assert [float(obs[0]) for obs in kept] == _counts(envs), (function, line)
+        assert fired_in > 5  # (the lines ran: the interrupts were real)

@@ -25,7 +25,7 @@ import numpy as np
 import ray
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, hand_out
+from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
@@ -174,8 +174,9 @@ class Engine(StepVerbs):
         label: str = "reset",
         in_flight_ok: bool = False,
         others_reset: bool = True,
-    ) -> Batch:
-        """Reset every env, or those where `mask` is True; the whole batch after it.
+        finish: Callable[[Batch], T] = as_is,
+    ) -> T:
+        """Reset every env, or those where `mask` is True: `finish` of the whole batch after it.
 
         Args:
             seeds: One seed (or None) per env; None for every env: the seeds `seed` kept.
@@ -185,6 +186,8 @@ class Engine(StepVerbs):
             in_flight_ok: Allowed while first-ready calls are out (not for their envs).
             others_reset: A `ValueError` unless the envs `mask` leaves out were reset before
                 (their rows are part of the batch).
+            finish: What the face makes of the batch, with its own bookkeeping of the reset,
+                inside the hand-out (`hand_out`): all of it, or (on a Ctrl-C) none of it.
         """
         self._state.check_idle(label, in_flight_ok=in_flight_ok)
         if self._workers_here:
@@ -203,7 +206,7 @@ class Engine(StepVerbs):
             call = self._calls.launch_apply("reset", args_per_env, kwargs, label)
             self._pool.seeds.sent(seeds, reset)
             rows = self._calls.spread(self._calls.wait(call))
-            make = lambda: Batch(None, None, None, None, None, rows=rows)  # noqa: E731
+            make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
             return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
         args: list[tuple[Any, ...] | None] = []
         for part in worker_args(self._pool.workers, seeds, options, mask):
@@ -215,7 +218,7 @@ class Engine(StepVerbs):
         replies = self._run_reset(args, label, lambda: self._pool.seeds.sent(seeds, reset))
         self._store.ready[envs if envs is not None else slice(None)] = True
         positions = [reset_positions(a) for a in args]
-        make = lambda: self._assemble(replies, positions, envs)  # noqa: E731
+        make = lambda: finish(self._assemble(replies, positions, envs))  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
     def _run_reset(

@@ -149,7 +149,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         mask = None
         if options is not None and "reset_mask" in options:
             mask = self._check_reset_mask(options.pop("reset_mask"))
-        batch = self._engine.reset(seeds, options, mask)
+        return self._engine.reset(seeds, options, mask, finish=lambda b: self._reset_done(b, mask))
+
+    def _reset_done(self, batch: Batch, mask: np.ndarray | None) -> tuple[Any, dict[str, Any]]:
+        """`reset`'s results, and the face's note of the reset (in the hand-out)."""
         self._initial_seed = None
         self._finished[mask if mask is not None else slice(None)] = False
         return self._observations(batch), batch.infos
@@ -309,8 +312,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
     def _seeds(self, seed: Any) -> list[int | None]:
         """One seed per env; the constructor's `seed` if this is the first reset and has none.
 
-        The caller sets ``_initial_seed = None`` once the reset is sent: the constructor's
-        seed is for the first reset only, whether or not that reset brought its own.
+        A reset sets ``_initial_seed = None`` once it returned (`_reset_done`; `async_reset`:
+        once sent): the constructor's seed is for the first reset only, whether or not that
+        reset brought its own.
         """
         return check_seed_list(self._initial_seed if seed is None else seed, self.num_envs)
 

@@ -167,14 +167,19 @@ class RayVectorEnv:
             )
         infos: list[Any] = [{} for _ in range(self.num_envs)]
         if not keep.all():  # (pfrl calls this after every step: nothing to do most times)
-            reset = self._engine.reset(mask=None if mask is None else ~keep)
-            self._reset_gives_info = pfrl_results.gives_info(reset)
-            observations, reset_infos = self._fields(reset, reset=True)
-            for env in np.flatnonzero(~keep).tolist():
-                self._last_obs[env], infos[env] = observations[env], reset_infos[env]
-            self._has_obs |= ~keep
+            reset = ~keep
+            finish = lambda batch: self._reset_done(batch, reset, infos)  # noqa: E731
+            self._engine.reset(mask=None if mask is None else reset, finish=finish)
         observations = list(self._last_obs)
         return (observations, infos) if self._reset_gives_info else observations
+
+    def _reset_done(self, batch: Batch, reset: np.ndarray, infos: list[Any]) -> None:
+        """Note the observations of the envs `reset` (their infos into `infos`): in the hand-out."""
+        self._reset_gives_info = pfrl_results.gives_info(batch)
+        observations, reset_infos = self._fields(batch, reset=True)
+        for env in np.flatnonzero(reset).tolist():
+            self._last_obs[env], infos[env] = observations[env], reset_infos[env]
+        self._has_obs |= reset
 
     def seed(
         self, seeds: int | np.random.SeedSequence | Sequence[int | None] | None = None
@@ -272,7 +277,13 @@ class RayVectorEnv:
                 "env's `reset`."
             )
         per_env = None if options is None else [options] * self.num_envs
-        batch = self._engine.reset(seeds, per_env, mask, label="reset_env", in_flight_ok=True)
+        finish = lambda batch: self._env_reset_done(batch, env)  # noqa: E731
+        return self._engine.reset(
+            seeds, per_env, mask, label="reset_env", in_flight_ok=True, finish=finish
+        )
+
+    def _env_reset_done(self, batch: Batch, env: int) -> Any:
+        """`reset_env`'s result, with env `env`'s observation noted: in the hand-out."""
         if batch.rows is not None:
             result = batch.rows[env]
         else:

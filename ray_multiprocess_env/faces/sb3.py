@@ -102,7 +102,10 @@ class SB3VecEnv(VecEnv):
     def reset(self) -> Any:
         """Reset every env (with the seeds and options set by `seed`/`set_options`)."""
         options = [opts or None for opts in self._options]
-        batch = self._engine.reset(self._seeds, options)
+        return self._engine.reset(self._seeds, options, finish=self._reset_done)
+
+    def _reset_done(self, batch: Batch) -> Any:
+        """`reset`'s observations, its infos kept, its seeds and options used (in the hand-out)."""
         self.reset_infos = [dict(info) for info in batch.infos]
         self._reset_seeds()
         self._reset_options()

@@ -150,7 +150,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         mask[ids] = True
         seeds: list[int | None] = [seed if chosen else None for chosen in mask.tolist()]
         everything = mask.all() and not self.is_async  # (else: refused for envs in flight)
-        batch = self._engine.reset(
+        batch: Batch = self._engine.reset(
             seeds,
             options,
             None if everything else mask,
