@@ -24,6 +24,7 @@ from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, Lane
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lane_set import LaneSet
 from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket, took_reply
+from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env._engine.transports.tcp import TcpTransport
@@ -499,22 +500,67 @@ def test_ctrl_c_at_any_line_of_a_lost_workers_break_leaves_recv_every_result(tra
 
 
 def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true():
-    """Ctrl-C anywhere in pfrl's `reset(mask)` and its note of what came back.
+    """Ctrl-C anywhere in pfrl's `reset(mask)`: it never hands out an observation that is stale.
 
-    The observations the face keeps (what a reset that keeps every env returns) are the envs'
-    own: a reset is noted in full inside the hand-out, or not at all.
+    A reset that came back is noted in full inside the hand-out; one given up (its envs maybe
+    reset in the workers) leaves its envs with no observation, so a reset that keeps them is
+    refused until a full reset. Otherwise the observations the face keeps (what a reset that
+    keeps every env returns) are the envs' own.
     """
     envs = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2)
+    code = [RayVectorEnv.reset, RayVectorEnv._reset_done, Engine.reset, Engine._run_reset]
     with contextlib.closing(envs):
         envs.reset()
-        fired_in = 0
-        for function, line in _rounds([RayVectorEnv.reset, RayVectorEnv._reset_done]):
+        fired_in = given_up = 0
+        for function, line in _rounds([*code, Lanes.wait, hand_out]):
             envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
                 with interrupt_at_line(function, line) as fired:
                     envs.reset([False, True, False, True])  # (envs 0 and 2)
             fired_in += bool(fired)
-            kept, _ = envs.reset([True] * 4)
+            refused = None
+            try:
+                kept, _ = envs.reset([True] * 4)
+            except ValueError as error:
+                refused = str(error)
+            if refused is not None:
+                assert "env 0 has no observation yet" in refused, (function, line)
+                given_up += 1
+                kept, _ = envs.reset()
             assert [float(obs[0]) for obs in kept] == _counts(envs), (function, line)
-        assert fired_in > 5  # (the lines ran: the interrupts were real)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+        assert given_up > 0
+
+
+def test_ctrl_c_at_any_line_of_a_reset_uses_each_kept_seed_once():
+    """Ctrl-C anywhere in a reset: the seeds `seed` kept go to that reset if it was sent.
+
+    Else they go to the next reset; never to both, never to neither.
+    """
+    envs = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2)
+    seeded = [float(FlakyEnv().reset(seed=seed)[0][0]) for seed in (5, 6)]
+    code = [Engine.reset, Engine._run_reset, Lanes.launch_reset, Lanes.posts, SeedBook.sent]
+    with contextlib.closing(envs):
+        fired_in, seen = 0, set()
+        for function, line in _rounds(code):
+            envs.reset()
+            envs.step([1, 1])  # (1: neither reset nor seeded)
+            envs.seed([5, 6])  # (gymnasium envs: kept for the next reset)
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.reset()
+            fired_in += bool(fired)
+            after = _counts(envs)  # (asked after the reset, if it was sent: in order)
+            observations, _ = envs.reset()
+            again = [float(obs[0]) for obs in observations]
+            if after == seeded:  # the reset was sent, with the kept seeds
+                assert again == [0.0, 0.0], (function, line)
+            else:
+                assert after == [1.0, 1.0], (function, line)
+                assert again == seeded, (function, line)
+            if fired:
+                seen.add(after == seeded)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+        assert seen == {True, False}  # (Ctrl-C both before the reset was sent and after)

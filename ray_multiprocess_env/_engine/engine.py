@@ -186,8 +186,9 @@ class Engine(StepVerbs):
             in_flight_ok: Allowed while first-ready calls are out (not for their envs).
             others_reset: A `ValueError` unless the envs `mask` leaves out were reset before
                 (their rows are part of the batch).
-            finish: What the face makes of the batch, with its own bookkeeping of the reset,
-                inside the hand-out (`hand_out`): all of it, or (on a Ctrl-C) none of it.
+            finish: What the face makes of the batch, with its own note of the reset: run
+                inside the hand-out (`hand_out`), so a Ctrl-C comes before it or after all
+                of it.
         """
         self._state.check_idle(label, in_flight_ok=in_flight_ok)
         if self._workers_here:
@@ -203,8 +204,9 @@ class Engine(StepVerbs):
             kwargs = env_kwargs(seeds, options)
             skip = [mask is not None and not mask[env] for env in range(len(seeds))]
             args_per_env = [None if s else () for s in skip]
-            call = self._calls.launch_apply("reset", args_per_env, kwargs, label)
-            self._pool.seeds.sent(seeds, reset)
+            with deferred_interrupts():  # sent and the kept seeds used up, or neither
+                call = self._calls.launch_apply("reset", args_per_env, kwargs, label)
+                self._pool.seeds.sent(seeds, reset)
             rows = self._calls.spread(self._calls.wait(call))
             make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
             return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
@@ -226,17 +228,17 @@ class Engine(StepVerbs):
     ) -> list[Any]:
         """The workers' replies to a reset: on their lanes while all goes well.
 
-        `sent` runs once the reset was sent (never if nothing was).
+        `sent` runs once the reset was sent, with it (a Ctrl-C comes before both or after).
         """
         lanes, deadline = self._lanes, deadline_in(self._pool.options.timeout)
-        call = None if lanes is None else lanes.launch_reset(args, label)
-        if call is None:
-            call = self._calls.launch("reset", args, label)
+        with deferred_interrupts():  # sent and `sent` run, or neither
+            call = None if lanes is None else lanes.launch_reset(args, label)
+            slow = call is None
+            if call is None:
+                call = self._calls.launch("reset", args, label)
             sent()
-        else:
-            sent()
-            if lanes is not None and lanes.wait(call, deadline):  # (`lanes`: for mypy)
-                return lanes.replies(call)
+        if not slow and lanes is not None and lanes.wait(call, deadline):  # (`lanes`: mypy)
+            return lanes.replies(call)
         return self._calls.wait(call, deadline=deadline)
 
     # -- calls on envs -----------------------------------------------------------------------------

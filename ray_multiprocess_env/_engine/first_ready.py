@@ -81,9 +81,11 @@ class FirstReadyVerbs:
             return
         args = worker_args(self._pool.workers, seeds, options)
         lanes = self._ready_lanes
-        if lanes is not None and lanes.reset(args):
-            self._pool.seeds.sent(seeds, every)
-            return
+        if lanes is not None:
+            with deferred_interrupts():  # sent, in flight and the seeds used up, or none
+                if lanes.reset(args):
+                    self._pool.seeds.sent(seeds, every)
+                    return
         with deferred_interrupts():  # sent, in flight and the seeds used up, or none
             call = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True

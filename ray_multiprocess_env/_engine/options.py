@@ -202,7 +202,10 @@ def check_wait(timeout: Any) -> float | None:
             f"`timeout` must be a number of seconds, or None for the vector env's own "
             f"`timeout`, got {timeout!r}."
         )
-    seconds = float(timeout)
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # (an int past any float)
+        seconds = math.inf
     if not 0 <= seconds < math.inf:  # (NaN too)
         raise ValueError(
             f"`timeout` must be a finite number of seconds >= 0, or None for the vector env's "

@@ -148,7 +148,9 @@ class RayVectorEnv:
 
         Args:
             mask: One flag per env; a truthy flag keeps that env as it is and returns its last
-                observation. None resets every env. (gymnasium's ``reset_mask`` is the inverse.)
+                observation (a `ValueError` if it has none: never reset, or its last reset
+                given up by a Ctrl-C or an error). None resets every env. (gymnasium's
+                ``reset_mask`` is the inverse.)
 
         Returns:
             A list of observations for envs whose ``reset`` returns only the observation (old
@@ -168,6 +170,7 @@ class RayVectorEnv:
         infos: list[Any] = [{} for _ in range(self.num_envs)]
         if not keep.all():  # (pfrl calls this after every step: nothing to do most times)
             reset = ~keep
+            self._has_obs &= keep  # (until the reset is noted: a reset given up leaves none)
             finish = lambda batch: self._reset_done(batch, reset, infos)  # noqa: E731
             self._engine.reset(mask=None if mask is None else reset, finish=finish)
         observations = list(self._last_obs)
@@ -277,6 +280,7 @@ class RayVectorEnv:
                 "env's `reset`."
             )
         per_env = None if options is None else [options] * self.num_envs
+        self._has_obs[env] = False  # (until the reset is noted: a reset given up leaves none)
         finish = lambda batch: self._env_reset_done(batch, env)  # noqa: E731
         return self._engine.reset(
             seeds, per_env, mask, label="reset_env", in_flight_ok=True, finish=finish

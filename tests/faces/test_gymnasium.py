@@ -413,7 +413,8 @@ def test_call_passes_a_keyword_named_name():
 @pytest.mark.parametrize(
     ("bad", "error"),
     [("5", TypeError), (True, TypeError), (-1, ValueError), (float("nan"), ValueError),
-     (float("inf"), ValueError)],
+     (float("inf"), ValueError), (10**400, ValueError)],
+    ids=["str", "bool", "negative", "nan", "inf", "past-floats"],
 )  # fmt: skip
 def test_a_wait_with_a_bad_timeout_names_it_and_loses_no_call(bad, error):
     """`step_wait` and `recv` refuse a `timeout` that is not seconds before touching anything.

@@ -285,7 +285,7 @@ class PipeTransport:
         """Nothing: infos travel in the replies."""
 
     def _break(self) -> None:
-        lost = self._death()  # (asking Ray why may take a moment: interrupts let through)
+        lost = self._death()  # (asking Ray why may take a moment: outside the block below)
         with DEFERRED:  # lost, with every ticket waiting settled, or nothing changed
             self._lost = lost  # (before `broken`: `adopt` gives it to every new ticket)
             self.broken = True
