@@ -30,7 +30,7 @@ from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTr
 from ray_multiprocess_env._engine.transports.tcp import TcpTransport
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
-from tests.envs import DyingEnv, FlakyEnv
+from tests.envs import DyingEnv, EndOnTwoEnv, FlakyEnv
 from tests.helpers import worker_pids
 from tests.interrupts import interrupt_at_line, lines_of
 
@@ -563,4 +563,37 @@ def test_ctrl_c_at_any_line_of_a_reset_uses_each_kept_seed_once():
             if fired:
                 seen.add(after == seeded)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
+        assert seen == {True, False}  # (Ctrl-C both before the reset was sent and after)
+
+
+def test_ctrl_c_at_any_line_of_async_reset_notes_the_reset_with_its_send():
+    """Ctrl-C anywhere in gymnasium's `async_reset` (DISABLED autoreset, every episode ended).
+
+    The face's note of the reset goes with its send: a `send` to the envs is refused unless
+    the reset was sent, and never refused once it was.
+    """
+    envs = GymnasiumVectorEnv([EndOnTwoEnv] * 4, envs_per_worker=2, autoreset_mode="disabled")
+    code = [GymFace.async_reset, GymFace._async_reset_sent, FirstReadyVerbs.async_reset]
+    ones = np.ones(4, dtype=np.int64)
+    with contextlib.closing(envs):
+        fired_in, seen = 0, set()
+        for function, line in _rounds([*code, FirstReadyLanes.reset]):
+            envs.reset()
+            envs.step(np.full(4, 2))  # (action 2 ends every episode)
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.async_reset()
+            fired_in += bool(fired)
+            sent = bool(envs._engine.busy_envs())  # (private) the reset is in flight
+            if sent:
+                envs.recv()
+                envs.send(ones, [0, 1, 2, 3])
+                assert sorted(_ids(envs.recv()[-1])) == [0, 1, 2, 3], (function, line)
+            else:
+                with pytest.raises(ValueError, match=r"finished their episode"):
+                    envs.send(ones, [0, 1, 2, 3])
+            if fired:
+                seen.add(sent)
+        assert fired_in > 5  # (the lines ran: the interrupts were real)
         assert seen == {True, False}  # (Ctrl-C both before the reset was sent and after)

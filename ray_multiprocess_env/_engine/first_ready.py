@@ -65,8 +65,16 @@ class FirstReadyVerbs:
         owner = self._owner
         return split_per_worker(self._pool.workers, owner, self.spec.action_space, actions, env_ids)
 
-    def async_reset(self, seeds: Sequence[Any] | None = None, options: Any = None) -> None:
-        """Reset every env without waiting; `recv` returns them as they finish."""
+    def async_reset(
+        self,
+        seeds: Sequence[Any] | None = None,
+        options: Any = None,
+        noted: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Reset every env without waiting; `recv` returns them as they finish.
+
+        `noted`: the face's note of the reset, made in the block that sends it (all or none).
+        """
         self._state.check_idle("async_reset")
         if self._workers_here:
             driver_threads.fit_torch()  # (as `Engine.reset`)
@@ -78,6 +86,7 @@ class FirstReadyVerbs:
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
                 self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
                 self._pool.seeds.sent(seeds, every)
+                noted()
             return
         args = worker_args(self._pool.workers, seeds, options)
         lanes = self._ready_lanes
@@ -85,12 +94,14 @@ class FirstReadyVerbs:
             with deferred_interrupts():  # sent, in flight and the seeds used up, or none
                 if lanes.reset(args):
                     self._pool.seeds.sent(seeds, every)
+                    noted()
                     return
         with deferred_interrupts():  # sent, in flight and the seeds used up, or none
             call = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True
             self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
             self._pool.seeds.sent(seeds, every)
+            noted()
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""

@@ -221,8 +221,10 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self, *, seed: int | np.random.SeedSequence | Sequence[int | None] | None = None
     ) -> None:
         """Reset every env without waiting; `recv` then returns them as they finish."""
-        seeds = self._seeds(seed)
-        self._engine.async_reset(seeds)
+        self._engine.async_reset(self._seeds(seed), noted=self._async_reset_sent)
+
+    def _async_reset_sent(self) -> None:
+        """The face's note of an `async_reset`: made in the block that sends it."""
         self._initial_seed = None
         self._finished[:] = False
 
@@ -313,8 +315,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         """One seed per env; the constructor's `seed` if this is the first reset and has none.
 
         A reset sets ``_initial_seed = None`` once it returned (`_reset_done`; `async_reset`:
-        once sent): the constructor's seed is for the first reset only, whether or not that
-        reset brought its own.
+        once sent, `_async_reset_sent`): the constructor's seed is for the first reset only,
+        whether or not that reset brought its own.
         """
         return check_seed_list(self._initial_seed if seed is None else seed, self.num_envs)
 
