@@ -141,7 +141,9 @@ class FirstReadyVerbs:
             TimeoutError: Names the envs still out; they stay in flight.
             RemoteEnvError: An env raised (or a worker died and is not restarted).
         """
-        min_envs, timeout = self._state.recv_size(batch_size), check_wait(timeout)
+        min_envs = self._state.recv_size(batch_size)
+        if timeout is not None:  # (checked only when given: `recv` is the first-ready hot path)
+            timeout = check_wait(timeout)
         seconds = self._pool.options.timeout if timeout is None else timeout
         deadline = deadline_in(seconds)
         lanes = self._ready_lanes

@@ -193,10 +193,8 @@ def check_timeout(timeout: Any) -> float | None:
     return None if math.isinf(timeout) else float(timeout)
 
 
-def check_wait(timeout: Any) -> float | None:
-    """A wait's own `timeout` (`step_wait`, `recv`): seconds >= 0, or None (the options')."""
-    if timeout is None:
-        return None
+def check_wait(timeout: Any) -> float:
+    """A wait's own `timeout` given (`step_wait`, `recv`; None, not checked, is the options')."""
     if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
         raise TypeError(
             f"`timeout` must be a number of seconds, or None for the vector env's own "

@@ -62,7 +62,8 @@ class StepVerbs(FirstReadyVerbs):
         finish: Callable[[Batch], T] = as_is,
     ) -> T:
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
-        timeout = check_wait(timeout)  # (before the step is taken: a typo loses nothing)
+        if timeout is not None:  # (checked before the step is taken: a typo loses nothing)
+            timeout = check_wait(timeout)
         return self._wait_step(self._state.take_pending(), timeout, finish)
 
     def _launch_step(self, actions: Any) -> Call:
