@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -217,26 +217,26 @@ class Engine(StepVerbs):
                 args.append(None)  # (otherwise it answers once earlier calls are done)
             else:
                 args.append(part)
-        replies = self._run_reset(args, label, lambda: self._pool.seeds.sent(seeds, reset))
+        replies = self._run_reset(args, label, seeds, reset)
         self._store.ready[envs if envs is not None else slice(None)] = True
         positions = [reset_positions(a) for a in args]
         make = lambda: finish(self._assemble(replies, positions, envs))  # noqa: E731
         return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
     def _run_reset(
-        self, args: list[tuple[Any, ...] | None], label: str, sent: Callable[[], None]
+        self, args: list[tuple[Any, ...] | None], label: str, seeds: PerEnv, envs: Iterable[int]
     ) -> list[Any]:
-        """The workers' replies to a reset: on their lanes while all goes well.
+        """The workers' replies to a reset of `envs` with `seeds`: on their lanes if all goes well.
 
-        `sent` runs once the reset was sent, with it (a Ctrl-C comes before both or after).
+        The seeds `seed` kept for `envs` are used up as it is sent (`SeedBook.sent`).
         """
         lanes, deadline = self._lanes, deadline_in(self._pool.options.timeout)
-        with deferred_interrupts():  # sent and `sent` run, or neither
+        with deferred_interrupts():  # sent and the kept seeds used up, or neither
             call = None if lanes is None else lanes.launch_reset(args, label)
             slow = call is None
             if call is None:
                 call = self._calls.launch("reset", args, label)
-            sent()
+            self._pool.seeds.sent(seeds, envs)
         if not slow and lanes is not None and lanes.wait(call, deadline):  # (`lanes`: mypy)
             return lanes.replies(call)
         return self._calls.wait(call, deadline=deadline)
