@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import CodeType
 from typing import Any
@@ -33,22 +33,37 @@ def lines_of(function: Callable[..., Any]) -> list[int]:
 
 
 @contextlib.contextmanager
-def interrupt_at_line(function: Callable[..., Any], line: int) -> Iterator[list[bool]]:
+def interrupt_at_line(
+    function: Callable[..., Any], line: int, held: Sequence[Callable[..., Any]] = ()
+) -> Iterator[list[Any]]:
     """Raise SIGINT the first time the main thread runs `line` of `function` in the block.
 
-    Yields a list that holds True once the signal was raised (empty if the line never ran).
+    With `held`, a key held down: once that Ctrl-C's `KeyboardInterrupt` is raised in one of
+    those functions, SIGINT again at every line of them the main thread runs, until one is
+    raised as a `KeyboardInterrupt` too (that ends the tracing, as Python unsets a trace
+    function that raises). Yields a list that holds, once the first signal was raised, the
+    SIGINT handler in place then (empty if the line never ran).
     """
     code: CodeType = function.__code__
-    fired: list[bool] = []
+    again = {f.__code__ for f in held}
+    fired: list[Any] = []
+    out: list[bool] = []  # (the first KeyboardInterrupt is out)
 
     def local(frame: Any, event: str, arg: Any) -> Any:
-        if event == "line" and frame.f_lineno == line and not fired:
-            fired.append(True)
+        if fired:
+            if frame.f_code not in again:
+                return local
+            if event == "exception" and issubclass(arg[0], KeyboardInterrupt):
+                out.append(True)
+            elif event == "line" and out:
+                signal.raise_signal(signal.SIGINT)
+        elif event == "line" and frame.f_code is code and frame.f_lineno == line:
+            fired.append(signal.getsignal(signal.SIGINT))
             signal.raise_signal(signal.SIGINT)
         return local
 
     def calls(frame: Any, event: str, arg: Any) -> Any:
-        return local if frame.f_code is code else None
+        return local if frame.f_code is code or frame.f_code in again else None
 
     previous = sys.gettrace()
     sys.settrace(calls)

@@ -18,13 +18,19 @@ import time
 
 import pytest
 
-from ray_multiprocess_env._engine.interrupts import DEFERRED, POLL_SLICE_MS, deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import (
+    DEFERRED,
+    POLL_SLICE_MS,
+    _deliver,
+    _run,
+    deferred_interrupts,
+)
 from tests.interrupts import interrupt_at_line, lines_of
 
 GUARD = type(DEFERRED)
 LINES = [
     (method, line)
-    for method in (GUARD.__enter__, GUARD.__exit__, GUARD.poll, GUARD._record)
+    for method in (GUARD.__enter__, GUARD.__exit__, GUARD._end, GUARD.poll, GUARD._record)
     for line in lines_of(method)
 ]
 
@@ -156,6 +162,82 @@ def test_a_wait_with_a_deadline_is_cut_into_slices_and_ends_at_it_not_before():
     assert len(slices) == 3
     assert 0 <= slices[2] <= 7  # (less by as much as the first two ran late)
     assert waited >= timeout / 1000  # (a poll never ends before its timeout)
+
+
+def _hand_out(log: list[str]) -> None:
+    """What a hand-out does: take something, have the guard undo it on a Ctrl-C, make the result."""
+    with deferred_interrupts():
+        log.append("taken")
+        DEFERRED.undo_on_interrupt(_put_back, log)
+        log.append("made")
+    log.append("returned")
+
+
+def _put_back(log: list[str]) -> None:
+    log.append("put back")
+    log.append("owed again")
+
+
+#: Where the first Ctrl-C lands: the hand-out and every line of the guard it runs.
+UNDO_LINES = [
+    pytest.param(method, line, id=f"{method.__name__}:{line}")
+    for method in (
+        _hand_out,
+        GUARD.__enter__,
+        GUARD.undo_on_interrupt,
+        GUARD.__exit__,
+        GUARD._end,
+        _run,
+        _put_back,
+    )
+    for line in lines_of(method)
+]
+#: Where a key held down sends Ctrl-C again, at every line, once the first one came.
+HELD_DOWN = [
+    _hand_out,
+    GUARD.__enter__,
+    GUARD.undo_on_interrupt,
+    GUARD.__exit__,
+    GUARD._end,
+    _run,
+    _deliver,
+    _put_back,
+]
+
+
+@pytest.mark.parametrize(("method", "line"), UNDO_LINES)
+@pytest.mark.parametrize("held", [False, True], ids=["once", "held-down"])
+def test_a_hand_outs_undo_runs_in_full_exactly_when_its_ctrl_c_comes_out(method, line, held):
+    """A Ctrl-C held back in a hand-out is raised after its undo, which a second cannot cut.
+
+    One `KeyboardInterrupt` comes out. If the guard held the Ctrl-C back, the undo ran in full,
+    once, before it: with the key held down too, since the guard still holds SIGINT back while
+    the undo runs. One that lands just as the guard lets go is undone as well (one Ctrl-C:
+    in full). One before the block takes anything, or after it, has nothing to undo.
+    """
+    handler = signal.getsignal(signal.SIGINT)
+    log: list[str] = []
+    raised = 0
+    try:
+        with interrupt_at_line(method, line, HELD_DOWN if held else ()) as fired:
+            _hand_out(log)
+    except KeyboardInterrupt:
+        raised += 1
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert DEFERRED._depth == 0  # (private)
+    if not fired:  # (a line for other threads, or for a handler set from C)
+        assert (raised, log) == (0, ["taken", "made", "returned"])
+        return
+    assert raised == 1, "the Ctrl-C was lost"
+    if fired[0] == DEFERRED._record:  # (private) held back by the guard: undone, once
+        assert log == ["taken", "made", "put back", "owed again"]
+    elif "put back" in log:  # (it came just as the guard let go: undone, if at all, once)
+        assert log == ["taken", "made", "put back", "owed again"] or held
+    else:  # (before the block, or after it)
+        assert log in ([], ["taken", "made"], ["taken", "made", "returned"]) or held, log
+    with pytest.raises(KeyboardInterrupt):  # and the next block holds a Ctrl-C back again
+        _held_back(log)
+    assert log[-1] == "held"
 
 
 def _held_back(ran: list[str]) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
@@ -317,21 +317,35 @@ def hand_out(
     The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
     carry) are delivered with it. A Ctrl-C before the result is made leaves the tickets in
     flight and the reports owed, so the next call finds both: nothing a worker sent is dropped
-    on the way out. Another error from `make` (a face refusing what came back) is raised
-    with the tickets taken, as the call's error; the reports stay owed.
+    on the way out, and a second Ctrl-C cannot cut that short (the guard undoes the hand-out
+    before it lets the first one out: `undo_on_interrupt`). Another error from `make` (a face
+    refusing what came back) is raised with the tickets taken, as the call's error; the
+    reports stay owed.
     """
     taken: list[tuple[Ticket, str]] = []
-    owed = None
+    owed, held = None, False
     try:
-        with deferred_interrupts():
+        with DEFERRED:
             taken = state.take(done) if done else []
             owed = lost_episodes.deliver(envs, done)
+            held = DEFERRED.undo_on_interrupt(_put_back, state, lost_episodes, taken, owed)
             return make()
     except KeyboardInterrupt:
-        with deferred_interrupts():
-            state.put_in_flight(taken)
-            lost_episodes.restore(owed)
+        if not held:  # (nothing held back: a handler set from C raised it)
+            with DEFERRED:
+                _put_back(state, lost_episodes, taken, owed)
         raise
     except BaseException:
         lost_episodes.restore(owed)
         raise
+
+
+def _put_back(
+    state: CallState,
+    lost_episodes: LostEpisodes,
+    taken: list[tuple[Ticket, str]],
+    owed: np.ndarray | None,
+) -> None:
+    """Undo a hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again."""
+    state.put_in_flight(taken)
+    lost_episodes.restore(owed)

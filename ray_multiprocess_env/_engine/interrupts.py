@@ -5,7 +5,10 @@ a message between the kernel and a link's buffers, nor between sending a call to
 and the rest; the few statements that do so run inside `deferred_interrupts`, and the
 interrupt is delivered right after. A call on the workers' lanes holds interrupts back from its
 first message to its last reply read, and lets them through only while it blocks in ``poll``
-(`_DeferredInterrupts.poll`), where nothing is half done.
+(`_DeferredInterrupts.poll`), where nothing is half done. A block that takes something out of
+the call state to hand it to the user registers how to put it back
+(`_DeferredInterrupts.undo_on_interrupt`): if a Ctrl-C ends the block, that runs before the
+``KeyboardInterrupt`` is raised, with SIGINT still held back.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import math
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["DEFERRED", "POLL_SLICE_MS", "deferred_interrupts"]
@@ -39,13 +43,14 @@ class _DeferredInterrupts:
     one that records the signal, and puts the old one back when it ends.
     """
 
-    __slots__ = ("_depth", "_open", "_previous", "_received")
+    __slots__ = ("_depth", "_open", "_previous", "_received", "_undo")
 
     def __init__(self) -> None:
         self._depth = 0  # nested blocks open on the main thread
         self._previous: Any = None  # the handler swapped out (None: none swapped)
         self._received: list[tuple[int, Any]] = []
         self._open = False  # inside `poll`: a SIGINT goes to `previous` at once
+        self._undo: list[tuple[Callable[..., object], tuple[Any, ...]]] = []  # (see below)
 
     def __enter__(self) -> None:
         if _thread.get_ident() != _MAIN_THREAD:
@@ -102,18 +107,80 @@ class _DeferredInterrupts:
                     ends = now + (timeout_ms - POLL_SLICE_MS) / 1000
                 timeout_ms = max(0, math.ceil((ends - now) * 1000))
 
-    def __exit__(self, *exc_info: object) -> None:
+    def undo_on_interrupt(self, undo: Callable[..., object], *args: Any) -> bool:
+        """Have ``undo(*args)`` run if this block ends by a Ctrl-C, before it is raised.
+
+        For a block that takes something out of the call state to hand it to the user: a
+        Ctrl-C held back meanwhile would be raised at the block's end, and the result would
+        never reach the user. The undo then runs while the guard still holds SIGINT back, so a
+        second Ctrl-C (a key held down) cannot cut it short, as it could in an ``except``
+        clause after the block. It also runs if a `KeyboardInterrupt` is raised inside the
+        block. False where nothing is held back (not inside a block, another thread, a
+        handler set from C): the caller's own ``except`` must undo then.
+        """
+        if self._previous is None or not self._depth or _thread.get_ident() != _MAIN_THREAD:
+            return False
+        self._undo.append((undo, args))
+        return True
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         if _thread.get_ident() != _MAIN_THREAD:
             return
-        self._depth -= 1
         previous = self._previous
-        if self._depth or previous is None:
+        if self._depth > 1 or previous is None:
+            self._depth -= 1
             return
+        undo = self._undo
+        if undo:
+            self._undo = []
+        if self._received or (undo and exc_type is not None):
+            self._end(previous, exc_type, undo, ours=True)
+            return
+        self._depth = 0  # (the usual end: nothing to raise, nothing to undo)
         _signal.signal(_SIGINT, previous)  # (a SIGINT pending in it is recorded: still ours)
         self._previous = None  # from here on a SIGINT goes to `previous`
-        received, self._received = self._received, []
-        if received:
-            _deliver(previous, *received[0])
+        if self._received:  # (came between the look above and the swap)
+            self._end(previous, exc_type, undo, ours=False)
+
+    def _end(self, previous: Any, exc_type: Any, undo: list[Any], ours: bool) -> None:
+        """End the outermost block with a Ctrl-C to raise, or an undo to run if one comes out.
+
+        Our handler is in (`ours`), or is put back in first: until it is swapped out again a
+        Ctrl-C is only recorded, so one held down cannot cut the undo short. Blocks in the
+        undo only count: the outermost stays open until then.
+        """
+        try:
+            while True:
+                if not ours:  # (a Ctrl-C landing just before it is in goes to `previous`)
+                    self._depth, self._previous = 1, previous
+                    _signal.signal(_SIGINT, self._record)
+                received = self._received
+                if received:
+                    self._received = []
+                    _deliver(previous, *received[0])  # (a handler that returns: it stands)
+                elif undo and exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+                    undo, pending = [], undo
+                    _run(pending)
+                self._depth = 0
+                _signal.signal(_SIGINT, previous)
+                self._previous = None
+                if not self._received:
+                    return
+                ours = False  # (one came between the look above and the swap: raised above)
+        except BaseException:
+            try:
+                _run(undo)  # (in a Ctrl-C's window of a few bytecodes, a second could cut it)
+            finally:  # (the handler put back whatever happens: else Ctrl-C would be dead)
+                self._depth, self._received = 0, []
+                _signal.signal(_SIGINT, previous)
+                self._previous = None
+            raise
+
+
+def _run(undo: list[tuple[Callable[..., object], tuple[Any, ...]]]) -> None:
+    """Run the undos of a block a Ctrl-C ends, the last registered first."""
+    for function, args in reversed(undo):
+        function(*args)
 
 
 def _deliver(handler: Any, signum: int, frame: Any) -> None:
