@@ -40,6 +40,7 @@ __all__ = [
     "check_wait",
     "check_worker_options",
     "envs_per_worker_argument",
+    "seconds_of",
 ]
 
 #: The values of `transport`.
@@ -193,6 +194,14 @@ def check_timeout(timeout: Any) -> float | None:
     return None if math.isinf(timeout) else float(timeout)
 
 
+def seconds_of(number: numbers.Real) -> float:
+    """A real number of seconds as a float: an int past any float is infinity, not an error."""
+    try:
+        return float(number)
+    except OverflowError:
+        return math.inf
+
+
 def check_wait(timeout: Any) -> float:
     """A wait's own `timeout` given (`step_wait`, `recv`; None, not checked, is the options')."""
     if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
@@ -200,10 +209,7 @@ def check_wait(timeout: Any) -> float:
             f"`timeout` must be a number of seconds, or None for the vector env's own "
             f"`timeout`, got {timeout!r}."
         )
-    try:
-        seconds = float(timeout)
-    except OverflowError:  # (an int past any float)
-        seconds = math.inf
+    seconds = seconds_of(timeout)
     if not 0 <= seconds < math.inf:  # (NaN too)
         raise ValueError(
             f"`timeout` must be a finite number of seconds >= 0, or None for the vector env's "

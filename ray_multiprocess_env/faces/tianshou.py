@@ -26,6 +26,7 @@ from ray_multiprocess_env._engine.options import (
     check_env_ids,
     check_positive_int,
     check_seed_list,
+    seconds_of,
 )
 from ray_multiprocess_env.batch import stack
 from ray_multiprocess_env.faces.tianshou_results import reset_result, step_result
@@ -98,7 +99,7 @@ class TianshouVectorEnv(BaseVectorEnv):
         if wait_timeout is not None and (
             isinstance(wait_timeout, bool)
             or not isinstance(wait_timeout, numbers.Real)
-            or not 0 < wait_timeout < math.inf
+            or not 0 < seconds_of(wait_timeout) < math.inf  # (10**400: refused here, by name)
         ):
             raise ValueError(
                 f"`wait_timeout` must be a positive number of seconds (finite) or None, got "

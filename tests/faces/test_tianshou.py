@@ -244,6 +244,8 @@ def test_user_errors_name_the_argument_and_the_fix():
         TianshouVectorEnv([CARTPOLE] * 2, wait_timeout=0)
     with pytest.raises(ValueError, match=r"`wait_timeout` must be .*\(finite\).* got inf"):
         TianshouVectorEnv([CARTPOLE] * 2, wait_timeout=float("inf"))
+    with pytest.raises(ValueError, match=r"`wait_timeout` must be .*\(finite\).* got 1000"):
+        TianshouVectorEnv([CARTPOLE] * 2, wait_timeout=10**400)  # (past any float)
     envs = make_tianshou_vector_env("CartPole-v1", 3, num_workers=1)
     with contextlib.closing(envs):
         envs.reset()
