@@ -34,9 +34,14 @@ def lines_of(function: Callable[..., Any]) -> list[int]:
 
 @contextlib.contextmanager
 def interrupt_at_line(
-    function: Callable[..., Any], line: int, held: Sequence[Callable[..., Any]] = ()
+    function: Callable[..., Any],
+    line: int,
+    held: Sequence[Callable[..., Any]] = (),
+    within: Sequence[Callable[..., Any]] = (),
 ) -> Iterator[list[Any]]:
     """Raise SIGINT the first time the main thread runs `line` of `function` in the block.
+
+    With `within`, only a run of it called (at any depth) from one of those functions counts.
 
     With `held`, a key held down: once that Ctrl-C's `KeyboardInterrupt` is raised in one of
     those functions, SIGINT again at every line of them the main thread runs, until one is
@@ -46,6 +51,7 @@ def interrupt_at_line(
     """
     code: CodeType = function.__code__
     again = {f.__code__ for f in held}
+    callers = {f.__code__ for f in within}
     fired: list[Any] = []
     out: list[bool] = []  # (the first KeyboardInterrupt is out)
 
@@ -57,7 +63,12 @@ def interrupt_at_line(
                 out.append(True)
             elif event == "line" and out:
                 signal.raise_signal(signal.SIGINT)
-        elif event == "line" and frame.f_code is code and frame.f_lineno == line:
+        elif (
+            event == "line"
+            and frame.f_code is code
+            and frame.f_lineno == line
+            and (not callers or _called_from(frame, callers))
+        ):
             fired.append(signal.getsignal(signal.SIGINT))
             signal.raise_signal(signal.SIGINT)
         return local
@@ -71,6 +82,13 @@ def interrupt_at_line(
         yield fired
     finally:
         sys.settrace(previous)
+
+
+def _called_from(frame: Any, callers: set[CodeType]) -> bool:
+    caller = frame.f_back
+    while caller is not None and caller.f_code not in callers:
+        caller = caller.f_back
+    return caller is not None
 
 
 class Gate:

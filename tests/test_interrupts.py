@@ -220,16 +220,23 @@ HELD_DOWN: list[Callable[..., Any]] = [
 ]
 
 
+@pytest.mark.parametrize("moment", ["held-down", "as-the-guard-lets-go"])
 @pytest.mark.parametrize("transport", ["auto", "ray"])  # (the lanes' hand-out, the slow path's)
-def test_ctrl_c_held_down_from_any_line_of_a_hand_out_loses_no_result(transport):
+def test_ctrl_c_held_down_or_as_the_guard_lets_go_in_a_hand_out_loses_no_result(transport, moment):
     """A Ctrl-C at each line of the hand-out, then again at every line after (a key held down).
 
-    The results taken out of flight go back before the first `KeyboardInterrupt` comes out,
-    however many follow: the next `recv` hands out each env's result once.
+    Or one at each line of the guard's end of the hand-out's block: one that lands just as the
+    guard lets go comes out of the block after it let go, and is undone by the hand-out's own
+    ``except``. Either way the results taken out of flight go back before the
+    `KeyboardInterrupt` comes out: the next `recv` hands out each env's result once.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
-        _recv_at_each_line(envs, _rounds(HAND_OUT_CODE), "steps", HELD_DOWN, min_fired=5)
+        if moment == "held-down":
+            _recv_at_each_line(envs, _rounds(HAND_OUT_CODE), "steps", HELD_DOWN, min_fired=5)
+        else:
+            guard = [type(DEFERRED).__exit__, type(DEFERRED)._end]
+            _recv_at_each_line(envs, _rounds(guard), "steps", within=HAND_OUT_CODE, min_fired=8)
 
 
 def _recv_at_each_line(
@@ -238,6 +245,7 @@ def _recv_at_each_line(
     sent: str,
     held: list[Callable[..., Any]] | tuple[()] = (),
     min_fired: int = 11,
+    within: list[Callable[..., Any]] | tuple[()] = (),
 ) -> None:
     """Per round: send steps (or a reset), `recv` with a Ctrl-C at the line, collect the rest.
 
@@ -256,7 +264,7 @@ def _recv_at_each_line(
         received: dict[int, float] = {}
         got, fired = None, []
         with contextlib.suppress(KeyboardInterrupt):  # (it may land once `got` is set)
-            with interrupt_at_line(function, line, held) as fired:
+            with interrupt_at_line(function, line, held, within) as fired:
                 got = envs.recv()
         if got is not None:
             received.update(zip(_ids(got[-1]), got[0][:, 0].tolist(), strict=True))

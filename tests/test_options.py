@@ -15,6 +15,7 @@ from ray_multiprocess_env import (
     vector_entry_point,
 )
 from ray_multiprocess_env._engine import Options
+from ray_multiprocess_env._engine.options import check_timeout, check_wait
 from ray_multiprocess_env.env_factories import env_factories
 from ray_multiprocess_env.options import MAKE_KEYS, WORKER_KEYS, WorkerOptions
 from tests.helpers import engine_options
@@ -117,3 +118,13 @@ def test_the_fix_named_may_be_the_entry_points_own_argument(entry_point, misspel
     """The closest name is looked for among the entry point's own arguments too."""
     with pytest.raises(TypeError, match=rf"'{misspelt}'\. Did you mean `{meant}`\?"):
         _MAKERS[entry_point](**{misspelt: 1})
+
+
+def test_seconds_past_any_float_are_infinity_not_an_overflow_error():
+    """An int past any float is a timeout like infinity: no bound, or refused by name."""
+    assert check_timeout(10**400) is None  # (as `float("inf")`: no bound)
+    with pytest.raises(ValueError, match=r"`timeout` must be a positive number .* got -1000"):
+        check_timeout(-(10**400))
+    for seconds in (10**400, -(10**400)):
+        with pytest.raises(ValueError, match=r"`timeout` must be a finite number of seconds >= 0"):
+            check_wait(seconds)

@@ -317,23 +317,22 @@ def hand_out(
     The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
     carry) are delivered with it. A Ctrl-C before the result is made leaves the tickets in
     flight and the reports owed, so the next call finds both: nothing a worker sent is dropped
-    on the way out, and a second Ctrl-C cannot cut that short (the guard undoes the hand-out
-    before it lets the first one out: `undo_on_interrupt`). Another error from `make` (a face
+    on the way out, and a second Ctrl-C cannot cut that short: the guard undoes the hand-out
+    before it lets the first one out (`undo_on_interrupt`). Another error from `make` (a face
     refusing what came back) is raised with the tickets taken, as the call's error; the
     reports stay owed.
     """
     taken: list[tuple[Ticket, str]] = []
-    owed, held = None, False
+    owed = None
     try:
         with DEFERRED:
             taken = state.take(done) if done else []
             owed = lost_episodes.deliver(envs, done)
-            held = DEFERRED.undo_on_interrupt(_put_back, state, lost_episodes, taken, owed)
+            if taken or owed is not None:  # (else nothing to put back: a lockstep step's)
+                DEFERRED.undo_on_interrupt(_put_back, state, lost_episodes, taken, owed)
             return make()
     except KeyboardInterrupt:
-        if not held:  # (nothing held back: a handler set from C raised it)
-            with DEFERRED:
-                _put_back(state, lost_episodes, taken, owed)
+        _put_back(state, lost_episodes, taken, owed)  # (done already, as a rule: then nothing)
         raise
     except BaseException:
         lost_episodes.restore(owed)
@@ -346,6 +345,11 @@ def _put_back(
     taken: list[tuple[Ticket, str]],
     owed: np.ndarray | None,
 ) -> None:
-    """Undo a hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again."""
-    state.put_in_flight(taken)
-    lost_episodes.restore(owed)
+    """Undo a hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again.
+
+    All or nothing, and once: a second run finds `taken` emptied and restores the same reports.
+    """
+    with DEFERRED:
+        state.put_in_flight(taken)
+        taken.clear()
+        lost_episodes.restore(owed)

@@ -226,25 +226,30 @@ class FirstReadyLanes:
             env_ids = np.arange(ids[0].start, ids[0].stop, dtype=np.int64)
         else:
             env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
-        state, taken, held, put = self._state, False, False, []
+        state, taken, put = self._state, False, []
         try:
             with DEFERRED:  # (a Ctrl-C meanwhile: taken back before it is raised as it ends)
                 put = state.take(tickets) if tickets else []
                 state.take_sent(sent)
                 taken = True
-                held = DEFERRED.undo_on_interrupt(_put_back, state, put, sent)
+                DEFERRED.undo_on_interrupt(_put_back, state, put, sent)
                 return finish(self._store.rows_of(env_ids, parts, old_api))
         except KeyboardInterrupt:
-            if taken and not held:  # (nothing held back: a handler set from C raised it)
-                with DEFERRED:
-                    _put_back(state, put, sent)
+            if taken:  # (done already, as a rule: then nothing)
+                _put_back(state, put, sent)
             raise
 
 
 def _put_back(state: CallState, put: list[tuple[Ticket, str]], sent: list[LaneSend]) -> None:
-    """Undo a hand-out a Ctrl-C cut: answered, in flight again for the next `recv`."""
-    state.put_in_flight(put)
-    state.put_sent(sent)
+    """Undo a hand-out a Ctrl-C cut: answered, in flight again for the next `recv`.
+
+    All or nothing, and once: a second run finds both lists emptied.
+    """
+    with DEFERRED:
+        state.put_in_flight(put)
+        state.put_sent(sent)
+        put.clear()
+        sent.clear()
 
 
 def ticket_parts(

@@ -107,21 +107,21 @@ class _DeferredInterrupts:
                     ends = now + (timeout_ms - POLL_SLICE_MS) / 1000
                 timeout_ms = max(0, math.ceil((ends - now) * 1000))
 
-    def undo_on_interrupt(self, undo: Callable[..., object], *args: Any) -> bool:
+    def undo_on_interrupt(self, undo: Callable[..., object], *args: Any) -> None:
         """Have ``undo(*args)`` run if this block ends by a Ctrl-C, before it is raised.
 
         For a block that takes something out of the call state to hand it to the user: a
-        Ctrl-C held back meanwhile would be raised at the block's end, and the result would
-        never reach the user. The undo then runs while the guard still holds SIGINT back, so a
-        second Ctrl-C (a key held down) cannot cut it short, as it could in an ``except``
-        clause after the block. It also runs if a `KeyboardInterrupt` is raised inside the
-        block. False where nothing is held back (not inside a block, another thread, a
-        handler set from C): the caller's own ``except`` must undo then.
+        Ctrl-C held back meanwhile is raised at the block's end, and the result never reaches
+        the user. The undo then runs while the guard still holds SIGINT back, so a second
+        Ctrl-C (a key held down) cannot cut it short, as it could in an ``except`` clause
+        after the block. It also runs if a `KeyboardInterrupt` is raised inside the block.
+
+        The caller's ``except KeyboardInterrupt`` runs it too, so it must do nothing the second
+        time: it is the only undo where nothing is held back (another thread, a handler set
+        from C), and for a Ctrl-C that lands in the few bytecodes after the guard lets go.
         """
-        if self._previous is None or not self._depth or _thread.get_ident() != _MAIN_THREAD:
-            return False
-        self._undo.append((undo, args))
-        return True
+        if self._previous is not None and self._depth and _thread.get_ident() == _MAIN_THREAD:
+            self._undo.append((undo, args))
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         if _thread.get_ident() != _MAIN_THREAD:
@@ -152,14 +152,14 @@ class _DeferredInterrupts:
         try:
             while True:
                 if not ours:  # (a Ctrl-C landing just before it is in goes to `previous`)
-                    self._depth, self._previous = 1, previous
                     _signal.signal(_SIGINT, self._record)
+                    self._depth, self._previous = 1, previous  # (counted once ours is in)
                 received = self._received
                 if received:
                     self._received = []
                     _deliver(previous, *received[0])  # (a handler that returns: it stands)
-                elif undo and exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-                    undo, pending = [], undo
+                if undo and exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+                    undo, pending = [], undo  # (raised in the block: it comes out too)
                     _run(pending)
                 self._depth = 0
                 _signal.signal(_SIGINT, previous)
@@ -168,8 +168,8 @@ class _DeferredInterrupts:
                     return
                 ours = False  # (one came between the look above and the swap: raised above)
         except BaseException:
-            try:
-                _run(undo)  # (in a Ctrl-C's window of a few bytecodes, a second could cut it)
+            try:  # (our handler in, counted: the undo's own blocks only count. Or, raised by
+                _run(undo)  # `previous` as it was swapped, not counted: they hold SIGINT back)
             finally:  # (the handler put back whatever happens: else Ctrl-C would be dead)
                 self._depth, self._received = 0, []
                 _signal.signal(_SIGINT, previous)

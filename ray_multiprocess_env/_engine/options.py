@@ -187,19 +187,20 @@ def check_timeout(timeout: Any) -> float | None:
         return None
     if not isinstance(timeout, numbers.Real) or isinstance(timeout, bool):
         raise TypeError(f"`timeout` must be a number of seconds or None, got {timeout!r}.")
-    if math.isnan(timeout) or timeout <= 0:
+    seconds = seconds_of(timeout)
+    if math.isnan(seconds) or seconds <= 0:
         raise ValueError(
             f"`timeout` must be a positive number of seconds or None, got {timeout!r}."
         )
-    return None if math.isinf(timeout) else float(timeout)
+    return None if math.isinf(seconds) else seconds
 
 
-def seconds_of(number: numbers.Real) -> float:
-    """A real number of seconds as a float: an int past any float is infinity, not an error."""
+def seconds_of(number: Any) -> float:
+    """A real number of seconds as a float: an int past any float is +/-infinity, no error."""
     try:
         return float(number)
     except OverflowError:
-        return math.inf
+        return math.inf if number > 0 else -math.inf  # (an int)
 
 
 def check_wait(timeout: Any) -> float:
