@@ -38,21 +38,22 @@ def interrupt_at_line(
     line: int,
     held: Sequence[Callable[..., Any]] = (),
     within: Sequence[Callable[..., Any]] = (),
-) -> Iterator[list[Any]]:
+) -> Iterator[list[bool]]:
     """Raise SIGINT the first time the main thread runs `line` of `function` in the block.
 
     With `within`, only a run of it called (at any depth) from one of those functions counts.
 
     With `held`, a key held down: once that Ctrl-C's `KeyboardInterrupt` is raised in one of
-    those functions, SIGINT again at every line of them the main thread runs, until one is
-    raised as a `KeyboardInterrupt` too (that ends the tracing, as Python unsets a trace
-    function that raises). Yields a list that holds, once the first signal was raised, the
-    SIGINT handler in place then (empty if the line never ran).
+    those functions, SIGINT again at every line of them the main thread runs, until the block
+    ends. (Python unsets a trace function that raises, as this one does when a handler raises
+    for a SIGINT it sent; a profile function sets it again at the next call or return.)
+    Yields a list that holds True once the first signal was raised (empty if the line never
+    ran).
     """
     code: CodeType = function.__code__
     again = {f.__code__ for f in held}
     callers = {f.__code__ for f in within}
-    fired: list[Any] = []
+    fired: list[bool] = []
     out: list[bool] = []  # (the first KeyboardInterrupt is out)
 
     def local(frame: Any, event: str, arg: Any) -> Any:
@@ -69,18 +70,30 @@ def interrupt_at_line(
             and frame.f_lineno == line
             and (not callers or _called_from(frame, callers))
         ):
-            fired.append(signal.getsignal(signal.SIGINT))
+            fired.append(True)
             signal.raise_signal(signal.SIGINT)
         return local
 
     def calls(frame: Any, event: str, arg: Any) -> Any:
         return local if frame.f_code is code or frame.f_code in again else None
 
-    previous = sys.gettrace()
+    def rearm(frame: Any, event: str, arg: Any) -> None:
+        """Once a Ctrl-C raised in `local` unset the tracing, set it again (the key is down)."""
+        if out and sys.gettrace() is None:
+            sys.settrace(calls)
+            while frame is not None:  # (the frames running: traced from their next line on)
+                if frame.f_code in again:
+                    frame.f_trace = local
+                frame = frame.f_back
+
+    previous, previous_profile = sys.gettrace(), sys.getprofile()
     sys.settrace(calls)
+    if held:
+        sys.setprofile(rearm)
     try:
         yield fired
     finally:
+        sys.setprofile(previous_profile)  # (first: else it would set the tracing again)
         sys.settrace(previous)
 
 

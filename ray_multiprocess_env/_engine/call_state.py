@@ -318,9 +318,10 @@ def hand_out(
     carry) are delivered with it. A Ctrl-C before the result is made leaves the tickets in
     flight and the reports owed, so the next call finds both: nothing a worker sent is dropped
     on the way out, and a second Ctrl-C cannot cut that short: the guard undoes the hand-out
-    before it lets the first one out (`undo_on_interrupt`). Another error from `make` (a face
-    refusing what came back) is raised with the tickets taken, as the call's error; the
-    reports stay owed.
+    before it lets the first one out (`undo_on_interrupt`). (The ``except`` below undoes after
+    one that lands in the few bytecodes where the guard lets go; a second one within the next
+    few could cut that short.) Another error from `make` (a face refusing what came back) is
+    raised with the tickets taken, as the call's error; the reports stay owed.
     """
     taken: list[tuple[Ticket, str]] = []
     owed = None

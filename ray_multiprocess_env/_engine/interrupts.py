@@ -168,8 +168,10 @@ class _DeferredInterrupts:
                     return
                 ours = False  # (one came between the look above and the swap: raised above)
         except BaseException:
-            try:  # (our handler in, counted: the undo's own blocks only count. Or, raised by
-                _run(undo)  # `previous` as it was swapped, not counted: they hold SIGINT back)
+            # Raised with our handler in and the block counted: the undo's own blocks only
+            # count. Or raised by `previous` at a swap, the block not counted: they hold back.
+            try:
+                _run(undo)
             finally:  # (the handler put back whatever happens: else Ctrl-C would be dead)
                 self._depth, self._received = 0, []
                 _signal.signal(_SIGINT, previous)
