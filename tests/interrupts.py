@@ -68,7 +68,7 @@ def interrupt_at_line(
             event == "line"
             and frame.f_code is code
             and frame.f_lineno == line
-            and (not callers or _called_from(frame, callers))
+            and (not callers or _on_stack(frame.f_back, callers))
         ):
             fired.append(True)
             signal.raise_signal(signal.SIGINT)
@@ -97,11 +97,11 @@ def interrupt_at_line(
         sys.settrace(previous)
 
 
-def _called_from(frame: Any, callers: set[CodeType]) -> bool:
-    caller = frame.f_back
-    while caller is not None and caller.f_code not in callers:
-        caller = caller.f_back
-    return caller is not None
+def _on_stack(frame: Any, codes: set[CodeType]) -> bool:
+    """Whether `frame` or one of the frames that called it runs one of `codes`."""
+    while frame is not None and frame.f_code not in codes:
+        frame = frame.f_back
+    return frame is not None
 
 
 class Gate:
@@ -184,10 +184,7 @@ def interrupt_inside(
     code: CodeType = function.__code__
 
     def inside() -> bool:
-        frame = None if main is None else sys._current_frames().get(main)
-        while frame is not None and frame.f_code is not code:
-            frame = frame.f_back
-        return frame is not None
+        return _on_stack(None if main is None else sys._current_frames().get(main), {code})
 
     def ready(done: threading.Event) -> bool:
         if not gate.wait_entered(count, stop=done):
