@@ -157,16 +157,7 @@ class RayVectorEnv:
             gym, pfrl); for gymnasium envs a pair ``(observations, infos)`` of lists, where a
             skipped env's info is ``{}``.
         """
-        if mask is None:
-            keep = np.zeros(self.num_envs, dtype=np.bool_)
-        else:
-            check_length("mask", mask, self.num_envs, "one flag per env (truthy = keep that env)")
-            keep = np.array([bool(m) for m in mask], dtype=np.bool_)
-        for index in np.flatnonzero(keep & ~self._has_obs).tolist():
-            raise ValueError(
-                f"`mask[{index}]` is truthy but env {index} has no observation yet; "
-                "call `reset()` without a mask first."
-            )
+        keep = pfrl_results.kept(mask, self._has_obs)
         infos: list[Any] = [{} for _ in range(self.num_envs)]
         if not keep.all():  # (pfrl calls this after every step: nothing to do most times)
             reset = ~keep
@@ -408,28 +399,8 @@ class RayVectorEnv:
         return pfrl_results.fields(batch, self._engine.spec, self._copy, reset)
 
     def _env0_attr(self, name: str) -> Any:
-        spec = self._engine.spec
-        if name in ("action_space", "observation_space") and getattr(spec, name) is not None:
-            return getattr(spec, name)
-        if name not in self._attr_cache:
-            args: list[tuple[Any, ...] | None] = [None] * self.num_envs
-            args[0] = (name,)
-            try:
-                self._attr_cache[name] = self._engine.call("get_attr", args, in_flight_ok=True)[0]
-            except ValueError as err:  # a plain actor without `get_attr`
-                raise AttributeError(
-                    f"`{name}` is unknown: env 0's actor has no `get_attr` method. Build the "
-                    "actors with `make_remote_class`, or add `def get_attr(self, name)`."
-                ) from err
-        return self._attr_cache[name]
+        return pfrl_results.env0_attr(self._engine, self._attr_cache, name)
 
     def _check_in_space(self, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
-        if not self._check_actions:
-            return
-        space = self.action_space
-        for position, (env, action) in enumerate(zip(env_ids, actions, strict=True)):
-            if not space.contains(action):
-                raise ValueError(
-                    f"`actions[{position}]` = {action!r} for env {env} is outside the action "
-                    f"space {space}; pass an action that `action_space.contains`."
-                )
+        if self._check_actions:
+            pfrl_results.check_in_space(self.action_space, actions, env_ids)

@@ -1,4 +1,4 @@
-"""pfrl's per-env results, from the engine's batches, and the actions as the engine takes them.
+"""pfrl's per-env results from the engine's batches; its actions and reset masks checked.
 
 pfrl's ``MultiprocessVectorEnv`` hands out one tuple per field with one entry per env (``obs,
 rewards, dones, infos``; gymnasium envs' ``terminated`` and ``truncated`` apart); `RayVectorEnv`
@@ -8,20 +8,29 @@ user's own actors, what each returned, unzipped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env._engine import Batch
+from ray_multiprocess_env._engine import Batch, Engine
+from ray_multiprocess_env._engine.options import check_length
 from ray_multiprocess_env._engine.records import EngineSpec
 from ray_multiprocess_env._protocol.infos import unbatch_infos
 from ray_multiprocess_env.batch import copy_batch, stack, unstack, unzip
 from ray_multiprocess_env.compat import is_obs_and_info
 
-__all__ = ["action_batch", "fields", "gives_info", "observations"]
+__all__ = [
+    "action_batch",
+    "check_in_space",
+    "env0_attr",
+    "fields",
+    "gives_info",
+    "kept",
+    "observations",
+]
 
 
 def fields(batch: Batch, spec: EngineSpec, copy: bool, reset: bool = False) -> tuple[Any, ...]:
@@ -83,3 +92,49 @@ def action_batch(actions: Sequence[Any], spec: EngineSpec) -> Any:
     if isinstance(space, (spaces.Dict, spaces.Tuple)) and spec.uniform:
         return stack(space, list(actions))
     return actions
+
+
+def check_in_space(space: Any, actions: Sequence[Any], env_ids: Iterable[int]) -> None:
+    """A `ValueError` naming the first of `actions` (for the envs `env_ids`) outside `space`."""
+    for position, (env, action) in enumerate(zip(env_ids, actions, strict=True)):
+        if not space.contains(action):
+            raise ValueError(
+                f"`actions[{position}]` = {action!r} for env {env} is outside the action "
+                f"space {space}; pass an action that `action_space.contains`."
+            )
+
+
+def kept(mask: Sequence[Any] | None, has_obs: np.ndarray) -> np.ndarray:
+    """The envs pfrl's reset `mask` keeps (truthy), as booleans; each must have an observation.
+
+    `has_obs`: whether each env has one (an env never reset, or whose last reset was given up,
+    has none).
+    """
+    if mask is None:
+        return np.zeros(len(has_obs), dtype=np.bool_)
+    check_length("mask", mask, len(has_obs), "one flag per env (truthy = keep that env)")
+    keep = np.array([bool(m) for m in mask], dtype=np.bool_)
+    for index in np.flatnonzero(keep & ~has_obs).tolist():
+        raise ValueError(
+            f"`mask[{index}]` is truthy but env {index} has no observation yet; "
+            "call `reset()` without a mask first."
+        )
+    return keep
+
+
+def env0_attr(engine: Engine, cache: dict[str, Any], name: str) -> Any:
+    """Env 0's attribute `name`: a space from the engine's spec, else fetched once (`cache`)."""
+    spec = engine.spec
+    if name in ("action_space", "observation_space") and getattr(spec, name) is not None:
+        return getattr(spec, name)
+    if name not in cache:
+        args: list[tuple[Any, ...] | None] = [None] * spec.num_envs
+        args[0] = (name,)
+        try:
+            cache[name] = engine.call("get_attr", args, in_flight_ok=True)[0]
+        except ValueError as err:  # a plain actor without `get_attr`
+            raise AttributeError(
+                f"`{name}` is unknown: env 0's actor has no `get_attr` method. Build the "
+                "actors with `make_remote_class`, or add `def get_attr(self, name)`."
+            ) from err
+    return cache[name]
