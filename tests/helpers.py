@@ -169,3 +169,8 @@ def assert_loaded_on_first_use(module: str, *names: str) -> None:
 def without_comments(code: str) -> str:
     """`code` with each line's ``#`` comment cut off (a translation may change only those)."""
     return "\n".join(line.split("#", 1)[0].rstrip() for line in code.splitlines())
+
+
+def counts(envs):
+    """Each `FlakyEnv`'s steps since its reset, as floats (the first entry of its observation)."""
+    return [float(count) for count in envs.get_attr("count")]

@@ -22,7 +22,14 @@ from contextlib import AbstractContextManager
 from types import CodeType
 from typing import Any
 
-__all__ = ["Gate", "interrupt_at_line", "interrupt_inside", "lines_of", "wait_at_gate"]
+__all__ = [
+    "Gate",
+    "interrupt_at_line",
+    "interrupt_inside",
+    "lines_of",
+    "rounds_of",
+    "wait_at_gate",
+]
 
 
 def lines_of(function: Callable[..., Any]) -> list[int]:
@@ -30,6 +37,11 @@ def lines_of(function: Callable[..., Any]) -> list[int]:
     code = function.__code__
     lines = sorted({line for _, line in dis.findlinestarts(code) if line is not None})
     return [line for line in lines if line > code.co_firstlineno]
+
+
+def rounds_of(functions: list[Callable[..., Any]]) -> list[tuple[Callable[..., Any], int]]:
+    """``(function, line)`` for every line of each of `functions` (`lines_of`): one per round."""
+    return [(function, line) for function in functions for line in lines_of(function)]
 
 
 @contextlib.contextmanager
