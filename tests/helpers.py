@@ -1,7 +1,8 @@
 """What several test modules share: making, inspecting and killing vector envs, comparing batches.
 
-The only test module other modules import from (with `tests/envs.py`, the env classes Ray workers
-import). Functions that look inside a vector env use its private engine and say so.
+The only test module other modules import from (with `tests/interrupts.py`, and the env classes
+Ray workers import: `tests/envs.py`, `tests/envs_spaces.py`, `tests/envs_faults.py`). Functions
+that look inside a vector env use its private engine and say so.
 """
 
 from __future__ import annotations

@@ -27,14 +27,8 @@ from ray_multiprocess_env import (
 )
 from ray_multiprocess_env._engine import ray_launcher
 from ray_multiprocess_env._engine.options import MIN_START_S
-from tests.envs import (
-    DyingEnv,
-    FlakyEnv,
-    InPlaceEnv,
-    RaisingEnv,
-    raising_env_built_once,
-    raising_env_one,
-)
+from tests.envs import FlakyEnv, InPlaceEnv
+from tests.envs_faults import DyingEnv, RaisingEnv, raising_env_built_once, raising_env_one
 from tests.helpers import assert_killed, memory_files, worker_pids
 
 TRANSPORTS = ["auto", "pipe", "tcp", "ray"]

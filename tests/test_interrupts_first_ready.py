@@ -29,7 +29,8 @@ from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
-from tests.envs import DyingEnv, EndOnTwoEnv, FlakyEnv
+from tests.envs import EndOnTwoEnv, FlakyEnv
+from tests.envs_faults import DyingEnv
 from tests.helpers import counts
 from tests.interrupts import interrupt_at_line, lines_of, rounds_of
 

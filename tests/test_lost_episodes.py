@@ -21,7 +21,7 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
-from tests.envs import DyingEnv, env_failing_once_flagged
+from tests.envs_faults import DyingEnv, env_failing_once_flagged
 from tests.interrupts import interrupt_at_line, lines_of
 
 ALIVE = -100  # (a `DyingEnv`'s `taken` that never reaches its death)

@@ -20,7 +20,8 @@ import pytest
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvError
 from ray_multiprocess_env._engine.transports.base import Outcome
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
-from tests.envs import DyingEnv, FlakyEnv, bounded_flaky_env
+from tests.envs import FlakyEnv, bounded_flaky_env
+from tests.envs_faults import DyingEnv
 from tests.helpers import memory_files
 
 TRANSPORTS = ["auto", "pipe", "tcp", "ray"]

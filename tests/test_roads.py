@@ -31,7 +31,8 @@ import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
-from tests.envs import FaultyShiftingEnv, ShiftingInfoEnv
+from tests.envs import ShiftingInfoEnv
+from tests.envs_faults import FaultyShiftingEnv
 from tests.helpers import assert_same, transport_kinds
 from tests.interrupts import Gate, interrupt_inside
 

@@ -27,7 +27,8 @@ from ray_multiprocess_env import (  # noqa: E402
     TianshouVectorEnv,
     make_tianshou_vector_env,
 )
-from tests.envs import DictObsEnv, FlakyEnv, RaisingEnv, WalkEnv  # noqa: E402
+from tests.envs import DictObsEnv, FlakyEnv, WalkEnv  # noqa: E402
+from tests.envs_faults import RaisingEnv  # noqa: E402
 from tests.helpers import assert_loaded_on_first_use, assert_same  # noqa: E402
 from tests.interrupts import Gate  # noqa: E402
 
