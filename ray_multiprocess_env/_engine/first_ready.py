@@ -128,11 +128,13 @@ class FirstReadyVerbs:
         batch_size: int | None = None,
         timeout: float | None = None,
         finish: Callable[[Batch], T] = as_is,
+        label: str = "recv",
     ) -> T:
         """The results of the first envs to finish what `send`/`async_reset` started.
 
         `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
         before it returns leaves the results in flight for the next `recv` (`hand_out`).
+        `label`: the verb the user called, which errors and timeouts name (Tianshou's `step`).
 
         A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
         lost worker's (whose envs report their lost episodes at their next step).
@@ -152,7 +154,7 @@ class FirstReadyVerbs:
                 return lanes.recv(min_envs, deadline, finish)
             except NotHot:
                 pass
-        done = self._first(min_envs, timeout, deadline)
+        done = self._first(min_envs, timeout, deadline, label)
         tickets = [ticket for ticket, _, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
             received = []
@@ -181,7 +183,7 @@ class FirstReadyVerbs:
         )
 
     def _first(
-        self, min_envs: int, timeout: float | None, deadline: float | None
+        self, min_envs: int, timeout: float | None, deadline: float | None, label: str
     ) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
 
@@ -204,13 +206,14 @@ class FirstReadyVerbs:
             if settled == progress:  # the last wait ended at the deadline with nothing new
                 late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
                 raise TimeoutError(
-                    f"`recv` timed out after {seconds} s: env(s) {late} did not answer. They "
-                    "stay in flight: call `recv` again to wait longer, or close this vector env."
+                    f"`{label}` timed out after {seconds} s: env(s) {late} did not answer. "
+                    f"They stay in flight: call `{label}` again to wait longer, or close this "
+                    "vector env."
                 )
             progress = settled
             wait_tickets(tickets, deadline, settled + 1)
         done = [(ticket, kind) for ticket, kind in in_flight if ticket.outcome is not None]
-        call = Call("step", "recv", [t for t, _ in done])
+        call = Call("step", label, [t for t, _ in done])
         ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
         try:
             values = self._calls.judge(call, seconds, False, deadline=ends)

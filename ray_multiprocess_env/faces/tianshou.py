@@ -302,13 +302,14 @@ class TianshouVectorEnv(BaseVectorEnv):
     def _recv_first(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""
         wanted = min(self.wait_num, len(self.waiting_id))
+        recv = self._engine.recv  # (its errors and timeouts name `step`: the user's verb)
         if self.wait_timeout is None:
-            return self._engine.recv(wanted, None, self._received)
+            return recv(wanted, None, self._received, "step")
         try:
-            return self._engine.recv(wanted, self.wait_timeout, self._received)
+            return recv(wanted, self.wait_timeout, self._received, "step")
         except TimeoutError:  # the envs still out stay in flight
             # (what finished meanwhile, or the next to finish)
-            return self._engine.recv(1, None, self._received)
+            return recv(1, None, self._received, "step")
 
     def _received(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         assert batch.env_ids is not None

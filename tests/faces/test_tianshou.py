@@ -359,6 +359,20 @@ def test_a_subset_step_restarts_a_late_worker_as_a_full_step_does():
         assert envs.step(np.array([1, 1]), [3, 1])[0][:, 0].tolist() == [2.0, 1.0]
 
 
+@pytest.mark.in_process
+def test_an_async_steps_env_error_and_timeout_name_step_the_users_call():
+    """In async mode the user calls `step`: its env errors and timeouts name `step`."""
+    fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 0.0, 1.0)]
+    envs = TianshouVectorEnv(fns, wait_num=2, timeout=0.2)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("position", None, id=[1])  # its next step raises (None + 1)
+        with pytest.raises(RemoteEnvError, match=r"^env 1 failed in `step`: TypeError"):
+            envs.step(np.ones(3), np.arange(3))
+        with pytest.raises(TimeoutError, match=r"^`step` timed out after 0.2 s: env\(s\) \[2\]"):
+            envs.step(None)
+
+
 def test_an_env_that_raises_in_async_mode_is_ready_again():
     """`wait_num=2`, env 1 raises: it leaves `waiting_id`; after `reset(1)` all works."""
     fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.2, 0.0, 0.2, 0.2)]
