@@ -37,7 +37,9 @@ class RemoteEnvError(RuntimeError):
         results: For a batched ``step`` of `GymnasiumVectorEnv`, what ``step`` would have
             returned: the envs that did not fail as they stepped (a terminal transition
             included), a failed env with its last observation, reward 0, not done and
-            ``infos["env_error"]``; None where not every worker answered.
+            ``infos["env_error"]``; None where not every worker answered. A lost episode
+            that an env reports here (``infos["env_crashed"]``, after a restart) is still
+            owed, since this step was not handed out: the env's next step reports it again.
     """
 
     def __init__(
