@@ -279,9 +279,12 @@ class CallState:
             f"env {env} already has a call in flight; `recv` its result before {then}."
         )
 
-    def recv_size(self, batch_size: Any) -> int:
-        """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
-        self.check_open("recv")
+    def recv_size(self, batch_size: Any, label: str = "recv") -> int:
+        """How many envs `recv` waits for (`batch_size`, or all in flight if None).
+
+        `label`: the verb the user called (Tianshou's `step`), named if the env is closed.
+        """
+        self.check_open(label)
         busy = self.busy_count
         if not busy:
             raise NoPendingCallError(

@@ -103,12 +103,15 @@ class FirstReadyVerbs:
             self._pool.seeds.sent(seeds, every)
             noted()
 
-    def send(self, actions: Any, env_ids: Sequence[int]) -> None:
-        """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait."""
+    def send(self, actions: Any, env_ids: Sequence[int], *, label: str = "send") -> None:
+        """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait.
+
+        `label`: the verb the user called, which errors name (Tianshou's `step`).
+        """
         lanes = self._ready_lanes
         if lanes is not None and lanes.send(actions, env_ids):
             return
-        self._state.check_idle("send", in_flight_ok=True)
+        self._state.check_idle(label, in_flight_ok=True)
         self._state.check_not_busy(env_ids, "sending it another action")
         if self._store is None:
             per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
@@ -118,9 +121,9 @@ class FirstReadyVerbs:
             args, envs = self._split(actions, env_ids)
         with deferred_interrupts():  # sent and in flight, or neither
             if self._store is None:
-                call = self._calls.launch_apply("step", per_env, None, "send")
+                call = self._calls.launch_apply("step", per_env, None, label)
             else:
-                call = self._calls.launch("step", args, "send", envs, shared_args=True)
+                call = self._calls.launch("step", args, label, envs, shared_args=True)
             self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
 
     def recv(
@@ -128,13 +131,16 @@ class FirstReadyVerbs:
         batch_size: int | None = None,
         timeout: float | None = None,
         finish: Callable[[Batch], T] = as_is,
+        *,
         label: str = "recv",
+        again: str = "call `recv` again to wait longer",
     ) -> T:
         """The results of the first envs to finish what `send`/`async_reset` started.
 
         `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
         before it returns leaves the results in flight for the next `recv` (`hand_out`).
-        `label`: the verb the user called, which errors and timeouts name (Tianshou's `step`).
+        `label`: the verb the user called, which errors and timeouts name (Tianshou's `step`);
+        `again`: how the user waits longer for the envs a timeout leaves in flight.
 
         A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
         lost worker's (whose envs report their lost episodes at their next step).
@@ -143,7 +149,7 @@ class FirstReadyVerbs:
             TimeoutError: Names the envs still out; they stay in flight.
             RemoteEnvError: An env raised (or a worker died and is not restarted).
         """
-        min_envs = self._state.recv_size(batch_size)
+        min_envs = self._state.recv_size(batch_size, label)
         if timeout is not None:  # (checked only when given: `recv` is the first-ready hot path)
             timeout = check_wait(timeout)
         seconds = self._pool.options.timeout if timeout is None else timeout
@@ -154,7 +160,7 @@ class FirstReadyVerbs:
                 return lanes.recv(min_envs, deadline, finish)
             except NotHot:
                 pass
-        done = self._first(min_envs, timeout, deadline, label)
+        done = self._first(min_envs, timeout, deadline, label, again)
         tickets = [ticket for ticket, _, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
             received = []
@@ -183,9 +189,16 @@ class FirstReadyVerbs:
         )
 
     def _first(
-        self, min_envs: int, timeout: float | None, deadline: float | None, label: str
+        self,
+        min_envs: int,
+        timeout: float | None,
+        deadline: float | None,
+        label: str,
+        again: str,
     ) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
+
+        `label` and `again` word a timeout's error (as `recv`'s).
 
         Everything already finished is included; the tickets stay in flight (`recv` takes
         them out as it hands their results out). `deadline`: the call's, unless a first call
@@ -207,8 +220,7 @@ class FirstReadyVerbs:
                 late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
                 raise TimeoutError(
                     f"`{label}` timed out after {seconds} s: env(s) {late} did not answer. "
-                    f"They stay in flight: call `{label}` again to wait longer, or close this "
-                    "vector env."
+                    f"They stay in flight: {again}, or close this vector env."
                 )
             progress = settled
             wait_tickets(tickets, deadline, settled + 1)

@@ -29,6 +29,7 @@ from ray_multiprocess_env._engine.options import (
     seconds_of,
 )
 from ray_multiprocess_env.batch import stack
+from ray_multiprocess_env.errors import NoPendingCallError
 from ray_multiprocess_env.faces.tianshou_results import reset_result, step_result
 
 if TYPE_CHECKING:
@@ -181,6 +182,12 @@ class TianshouVectorEnv(BaseVectorEnv):
                     "`wait_timeout` accepts (to collect envs still stepping); pass one action "
                     "per env in `id`."
                 )
+            if not self.waiting_id and not self._engine.closed:
+                raise NoPendingCallError(
+                    "`step` got `action` None, which collects envs still stepping, but none is "
+                    "(`waiting_id` is empty); pass one action per env in `id`.",
+                    "step",
+                )
         else:
             if hasattr(action, "detach"):  # a torch tensor (Tianshou allows one)
                 action = action.detach().cpu().numpy()
@@ -199,7 +206,13 @@ class TianshouVectorEnv(BaseVectorEnv):
                 return self._engine.step_envs(
                     self._action_batch(action), ids, finish=lambda b: step_result(b, ids, spec)
                 )
-            self._engine.send(self._action_batch(action), ids)
+            busy = set(self.waiting_id)
+            for env in (env for env in ids if env in busy):
+                raise ValueError(
+                    f"env {env} in `id` is still stepping (it is in `waiting_id`); collect it "
+                    "with `step(None)` first, or step other envs."
+                )
+            self._engine.send(self._action_batch(action), ids, label="step")
         return self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
 
     @property
@@ -302,14 +315,20 @@ class TianshouVectorEnv(BaseVectorEnv):
     def _recv_first(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""
         wanted = min(self.wait_num, len(self.waiting_id))
-        recv = self._engine.recv  # (its errors and timeouts name `step`: the user's verb)
         if self.wait_timeout is None:
-            return recv(wanted, None, self._received, "step")
+            return self._recv(wanted, None)
         try:
-            return recv(wanted, self.wait_timeout, self._received, "step")
+            return self._recv(wanted, self.wait_timeout)
         except TimeoutError:  # the envs still out stay in flight
             # (what finished meanwhile, or the next to finish)
-            return recv(1, None, self._received, "step")
+            return self._recv(1, None)
+
+    def _recv(
+        self, wanted: int, timeout: float | None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The engine's `recv`, its errors and timeouts worded for `step` (the user's verb)."""
+        again = "`step(None)` waits for them again"
+        return self._engine.recv(wanted, timeout, self._received, label="step", again=again)
 
     def _received(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         assert batch.env_ids is not None

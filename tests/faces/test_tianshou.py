@@ -22,7 +22,9 @@ from tianshou.data import Batch, Collector, VectorReplayBuffer  # noqa: E402
 from tianshou.env import BaseVectorEnv, DummyVectorEnv  # noqa: E402
 
 from ray_multiprocess_env import (  # noqa: E402
+    ClosedEnvError,
     GymAPIBridge,
+    NoPendingCallError,
     RemoteEnvError,
     TianshouVectorEnv,
     make_tianshou_vector_env,
@@ -360,8 +362,12 @@ def test_a_subset_step_restarts_a_late_worker_as_a_full_step_does():
 
 
 @pytest.mark.in_process
-def test_an_async_steps_env_error_and_timeout_name_step_the_users_call():
-    """In async mode the user calls `step`: its env errors and timeouts name `step`."""
+def test_an_async_steps_errors_speak_of_step_the_users_call():
+    """In async mode the user calls `step`, never `send` or `recv`: every error says `step`.
+
+    An env error, a timeout (and how to wait again), an env still stepping, nothing to
+    collect, and a closed vector env.
+    """
     fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 0.0, 1.0)]
     envs = TianshouVectorEnv(fns, wait_num=2, timeout=0.2)
     with contextlib.closing(envs):
@@ -369,8 +375,19 @@ def test_an_async_steps_env_error_and_timeout_name_step_the_users_call():
         envs.set_env_attr("position", None, id=[1])  # its next step raises (None + 1)
         with pytest.raises(RemoteEnvError, match=r"^env 1 failed in `step`: TypeError"):
             envs.step(np.ones(3), np.arange(3))
-        with pytest.raises(TimeoutError, match=r"^`step` timed out after 0.2 s: env\(s\) \[2\]"):
+        timed_out = r"^`step` timed out after 0.2 s: env\(s\) \[2\] did not answer"
+        with pytest.raises(TimeoutError, match=rf"{timed_out}.*`step\(None\)` waits for them"):
             envs.step(None)
+        with pytest.raises(ValueError, match=r"^env 2 in `id` is still stepping .*`step\(None\)`"):
+            envs.step(np.ones(2), [1, 2])
+        while envs.waiting_id:  # (env 2 answers once its step of 1 s is over)
+            with contextlib.suppress(TimeoutError):
+                envs.step(None)
+        with pytest.raises(NoPendingCallError, match=r"^`step` got `action` None.*none is"):
+            envs.step(None)
+    for action in (None, np.ones(3)):
+        with pytest.raises(ClosedEnvError, match=r"^`step` was called on a closed"):
+            envs.step(action)
 
 
 def test_an_env_that_raises_in_async_mode_is_ready_again():
