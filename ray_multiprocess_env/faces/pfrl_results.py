@@ -1,9 +1,10 @@
-"""pfrl's per-env results from the engine's batches; its actions and reset masks checked.
+"""pfrl's per-env results from the engine's batches, and its actions as the engine takes them.
 
 pfrl's ``MultiprocessVectorEnv`` hands out one tuple per field with one entry per env (``obs,
 rewards, dones, infos``; gymnasium envs' ``terminated`` and ``truncated`` apart); `RayVectorEnv`
 hands out the same, as rows of the engine's batch (copies unless ``copy=False``), or, for the
-user's own actors, what each returned, unzipped.
+user's own actors, what each returned, unzipped. Also here: the checks of its actions and of
+its reset mask, and env 0's attributes (`env0_attr`).
 """
 
 from __future__ import annotations
