@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -148,6 +148,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 f"`reset` got {sorted(kwargs)}; it passes only `seed` and `options` to the "
                 "envs' `reset`."
             )
+        self._check_not_stepping(ids, "`env_id`", "resetting it")
         mask = np.zeros(self.env_num, dtype=np.bool_)
         mask[ids] = True
         seeds: list[int | None] = [seed if chosen else None for chosen in mask.tolist()]
@@ -206,12 +207,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 return self._engine.step_envs(
                     self._action_batch(action), ids, finish=lambda b: step_result(b, ids, spec)
                 )
-            busy = set(self.waiting_id)
-            for env in (env for env in ids if env in busy):
-                raise ValueError(
-                    f"env {env} in `id` is still stepping (it is in `waiting_id`); collect it "
-                    "with `step(None)` first, or step other envs."
-                )
+            self._check_not_stepping(ids, "`id`", "stepping it again")
             self._engine.send(self._action_batch(action), ids, label="step")
         return self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
 
@@ -247,6 +243,7 @@ class TianshouVectorEnv(BaseVectorEnv):
             ``[seed]`` for each env (None where the seed is None).
         """
         seeds = check_seed_list(seed, self.env_num, "seed")
+        self._check_none_stepping("seed")
         for space, env_seed in zip(self._space_list("action_space"), seeds, strict=True):
             space.seed(env_seed)
         self._engine.reset(list(seeds), label="seed")
@@ -275,11 +272,7 @@ class TianshouVectorEnv(BaseVectorEnv):
 
     def render(self, **kwargs: Any) -> list[Any]:
         """Each env's ``render(**kwargs)`` (make the envs with a ``render_mode``)."""
-        if self.waiting_id:
-            raise RuntimeError(
-                f"Env(s) {self.waiting_id} are still stepping; collect them with "
-                "`step(None, id=...)` before `render`."
-            )
+        self._check_none_stepping("render")
         return self._each("call", list(range(self.env_num)), ("render",), kwargs)
 
     def close(self) -> None:
@@ -322,6 +315,25 @@ class TianshouVectorEnv(BaseVectorEnv):
         except TimeoutError:  # the envs still out stay in flight
             # (what finished meanwhile, or the next to finish)
             return self._recv(1, None)
+
+    def _check_not_stepping(self, ids: Iterable[int], where: str, then: str) -> None:
+        """A ValueError, in Tianshou's words, naming the first of `ids` still stepping."""
+        if not self.is_async:
+            return
+        stepping = set(self.waiting_id)
+        for env in (env for env in ids if env in stepping):
+            raise ValueError(
+                f"env {env} in {where} is still stepping (it is in `waiting_id`); collect it "
+                f"with `step(None)` before {then}."
+            )
+
+    def _check_none_stepping(self, verb: str) -> None:
+        """A RuntimeError for `verb`, a call of every env, while some are still stepping."""
+        if self.waiting_id:
+            raise RuntimeError(
+                f"env(s) {self.waiting_id} are still stepping (in `waiting_id`); collect them "
+                f"with `step(None)` before `{verb}`."
+            )
 
     def _recv(
         self, wanted: int, timeout: float | None

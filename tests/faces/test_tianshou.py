@@ -378,8 +378,14 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
         timed_out = r"^`step` timed out after 0.2 s: env\(s\) \[2\] did not answer"
         with pytest.raises(TimeoutError, match=rf"{timed_out}.*`step\(None\)` waits for them"):
             envs.step(None)
-        with pytest.raises(ValueError, match=r"^env 2 in `id` is still stepping .*`step\(None\)`"):
+        stepping = r"^env 2 in {} is still stepping .*`step\(None\)` before {}"
+        with pytest.raises(ValueError, match=stepping.format("`id`", "stepping it again")):
             envs.step(np.ones(2), [1, 2])
+        with pytest.raises(ValueError, match=stepping.format("`env_id`", "resetting it")):
+            envs.reset([1, 2])
+        for verb in ("seed", "render"):
+            with pytest.raises(RuntimeError, match=r"^env\(s\) \[0, 2\] are still stepping"):
+                getattr(envs, verb)()
         while envs.waiting_id:  # (env 2 answers once its step of 1 s is over)
             with contextlib.suppress(TimeoutError):
                 envs.step(None)
