@@ -368,14 +368,14 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
     An env error, a timeout (and how to wait again), an env still stepping, nothing to
     collect, and a closed vector env.
     """
-    fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 0.0, 1.0)]
-    envs = TianshouVectorEnv(fns, wait_num=2, timeout=0.2)
+    fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 0.0, 3.0)]
+    envs = TianshouVectorEnv(fns, wait_num=2, timeout=1.0)  # (env 2 is always late)
     with contextlib.closing(envs):
         envs.reset()
         envs.set_env_attr("position", None, id=[1])  # its next step raises (None + 1)
         with pytest.raises(RemoteEnvError, match=r"^env 1 failed in `step`: TypeError"):
             envs.step(np.ones(3), np.arange(3))
-        timed_out = r"^`step` timed out after 0.2 s: env\(s\) \[2\] did not answer"
+        timed_out = r"^`step` timed out after 1.0 s: env\(s\) \[2\] did not answer"
         with pytest.raises(TimeoutError, match=rf"{timed_out}.*`step\(None\)` waits for them"):
             envs.step(None)
         stepping = r"^env 2 in {} is still stepping .*`step\(None\)` before {}"
@@ -386,7 +386,7 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
         for verb in ("seed", "render"):
             with pytest.raises(RuntimeError, match=r"^env\(s\) \[0, 2\] are still stepping"):
                 getattr(envs, verb)()
-        while envs.waiting_id:  # (env 2 answers once its step of 1 s is over)
+        while envs.waiting_id:  # (env 2 answers once its step of 3 s is over)
             with contextlib.suppress(TimeoutError):
                 envs.step(None)
         with pytest.raises(NoPendingCallError, match=r"^`step` got `action` None.*none is"):
