@@ -198,7 +198,7 @@ class FirstReadyVerbs:
     ) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
 
-        `label` and `again` word a timeout's error (as `recv`'s).
+        `label` and `again`: as `recv`'s (the verb its errors name, the advice of a timeout).
 
         Everything already finished is included; the tickets stay in flight (`recv` takes
         them out as it hands their results out). `deadline`: the call's, unless a first call

@@ -29,7 +29,7 @@ from ray_multiprocess_env._engine.options import (
     seconds_of,
 )
 from ray_multiprocess_env.batch import stack
-from ray_multiprocess_env.errors import NoPendingCallError
+from ray_multiprocess_env.errors import NoPendingCallError, PendingCallError
 from ray_multiprocess_env.faces.tianshou_results import reset_result, step_result
 
 if TYPE_CHECKING:
@@ -328,11 +328,16 @@ class TianshouVectorEnv(BaseVectorEnv):
             )
 
     def _check_none_stepping(self, verb: str) -> None:
-        """A RuntimeError for `verb`, a call of every env, while some are still stepping."""
+        """A `PendingCallError` for `verb`, a call of every env, while some are still stepping.
+
+        (The engine's own type for a call made while others wait: `seed` raised it before the
+        face said it in Tianshou's words; a `RuntimeError`, as `render`'s was.)
+        """
         if self.waiting_id:
-            raise RuntimeError(
+            raise PendingCallError(
                 f"env(s) {self.waiting_id} are still stepping (in `waiting_id`); collect them "
-                f"with `step(None)` before `{verb}`."
+                f"with `step(None)` before `{verb}`.",
+                "step",
             )
 
     def _recv(

@@ -25,6 +25,7 @@ from ray_multiprocess_env import (  # noqa: E402
     ClosedEnvError,
     GymAPIBridge,
     NoPendingCallError,
+    PendingCallError,
     RemoteEnvError,
     TianshouVectorEnv,
     make_tianshou_vector_env,
@@ -384,7 +385,7 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
         with pytest.raises(ValueError, match=stepping.format("`env_id`", "resetting it")):
             envs.reset([1, 2])
         for verb in ("seed", "render"):
-            with pytest.raises(RuntimeError, match=r"^env\(s\) \[0, 2\] are still stepping"):
+            with pytest.raises(PendingCallError, match=r"^env\(s\) \[0, 2\] are still stepping"):
                 getattr(envs, verb)()
         while envs.waiting_id:  # (env 2 answers once its step of 3 s is over)
             with contextlib.suppress(TimeoutError):
