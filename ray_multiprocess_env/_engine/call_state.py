@@ -18,6 +18,7 @@ import numpy as np
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env._engine.words import SEND_RECV, InFlightWords
 from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
 
 __all__ = ["Call", "CallState", "LaneSent", "LazyTickets", "State", "T", "as_is", "hand_out"]
@@ -104,14 +105,15 @@ class Call:
 class CallState:
     """The `State` of one vector env, its pending `step_async` and its first-ready calls.
 
-    `name` is the face's class name, for messages. A first-ready call is a `Ticket` in
-    `in_flight`, or a step or reset the lanes sent with none (`sent`, one per worker): reading
-    `in_flight` makes their tickets first (`make_tickets`), so whatever is not the lanes'
-    finds every call as a ticket.
+    `name` is the face's class name, for messages, and `words` its words for first-ready
+    calls (`InFlightWords`: every check of the calls in flight speaks them). A first-ready
+    call is a `Ticket` in `in_flight`, or a step or reset the lanes sent with none (`sent`,
+    one per worker): reading `in_flight` makes their tickets first (`make_tickets`), so
+    whatever is not the lanes' finds every call as a ticket.
     """
 
-    def __init__(self, name: str, num_envs: int) -> None:
-        self.name = name
+    def __init__(self, name: str, num_envs: int, words: InFlightWords = SEND_RECV) -> None:
+        self.name, self.words = name, words
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
         self._in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
@@ -169,11 +171,9 @@ class CallState:
                 "step",
             )
         if not in_flight_ok:
-            raise PendingCallError(
-                f"`{name}` was called while env(s) {self.busy_envs()} have calls in flight; "
-                "`recv` them first.",
-                "send",
-            )
+            words = self.words
+            message = words.busy_all.format(verb=name, envs=self.busy_envs())
+            raise PendingCallError(message, words.send)
         if self.sent:  # (the verb reads the pipes, where their replies come)
             self.make_tickets()
 
@@ -270,28 +270,24 @@ class CallState:
         envs: list[int] = np.flatnonzero(self.busy).tolist()
         return envs
 
-    def check_not_busy(self, env_ids: Sequence[int], then: str) -> None:
-        """A ValueError naming the first of `env_ids` with a first-ready call in flight."""
+    def check_not_busy(self, env_ids: Sequence[int], *, reset: bool) -> None:
+        """A ValueError naming the first of `env_ids` with a first-ready call in flight.
+
+        `reset`: the call checked resets them (else it steps them).
+        """
         if not self.busy_count or not self.busy[env_ids].any():
             return
         env = next(env for env in env_ids if self.busy[env])
-        raise ValueError(
-            f"env {env} already has a call in flight; `recv` its result before {then}."
-        )
+        words = self.words
+        raise ValueError((words.busy_reset if reset else words.busy_send).format(env=env))
 
-    def recv_size(self, batch_size: Any, label: str = "recv") -> int:
-        """How many envs `recv` waits for (`batch_size`, or all in flight if None).
-
-        `label`: the verb the user called (Tianshou's `step`), named if the env is closed.
-        """
-        self.check_open(label)
+    def recv_size(self, batch_size: Any) -> int:
+        """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
+        words = self.words
+        self.check_open(words.recv)
         busy = self.busy_count
         if not busy:
-            raise NoPendingCallError(
-                "`recv` was called with nothing in flight; `send` actions (or `async_reset`) "
-                "first.",
-                "recv",
-            )
+            raise NoPendingCallError(words.nothing, words.recv)
         wanted = busy if batch_size is None else batch_size
         if type(wanted) is int and wanted > 0:
             return wanted

@@ -38,6 +38,7 @@ from ray_multiprocess_env._engine.reset_args import env_kwargs, reset_positions,
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
+from ray_multiprocess_env._engine.words import SEND_RECV, InFlightWords
 from ray_multiprocess_env._protocol.shared_layout import shared_memory_supported
 
 __all__ = ["Engine"]
@@ -62,6 +63,7 @@ class Engine(StepVerbs):
             ``"none"``: the pool's envs are not asked (the user's own actors).
         observation_mode: gymnasium's ``"same"`` or ``"different"``, or a given single
             observation space; None (a face without the option): "same" (`Calls.describe`).
+        words: The face's words for its first-ready calls, which their errors use.
     """
 
     def __init__(
@@ -72,9 +74,10 @@ class Engine(StepVerbs):
         info_layout: str = "batched",
         uniform: str = "require",
         observation_mode: Any = None,
+        words: InFlightWords = SEND_RECV,
     ) -> None:
         self._pool, self._calls = pool, Calls(pool)
-        self._state = CallState(name, pool.num_envs)
+        self._state = CallState(name, pool.num_envs, words)
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
         self._lanes: Lanes | None = None
@@ -127,11 +130,13 @@ class Engine(StepVerbs):
         observation_mode: Any = None,
         autoreset: bool = True,
         launcher: Launcher | None = None,
+        words: InFlightWords = SEND_RECV,
     ) -> Engine:
         """Start `EnvWorker` actors as `envs_per_worker` lays out (`launcher`: in tests).
 
         `envs_per_worker`: an int or one count per worker (`pool.worker_layout`); with `autoreset`
         False the workers never reset an env themselves (pfrl's way), whatever the autoreset mode.
+        The other arguments are `Engine`'s.
         """
         worker_args = options.worker_args(info_layout, autoreset)
         pool = start_pool(env_fns, envs_per_worker, options, worker_args, launcher)
@@ -141,6 +146,7 @@ class Engine(StepVerbs):
             info_layout=info_layout,
             uniform=uniform,
             observation_mode=observation_mode,
+            words=words,
         )
 
     @classmethod
@@ -195,7 +201,7 @@ class Engine(StepVerbs):
             driver_threads.fit_torch()  # (torch may have been imported since the start)
         envs = None if mask is None else np.flatnonzero(mask)
         if envs is not None:
-            self._state.check_not_busy(envs.tolist(), "resetting it")
+            self._state.check_not_busy(envs.tolist(), reset=True)
         if self._store is not None and mask is not None and others_reset:
             self._store.check_ready(mask)
         reset = range(self.spec.num_envs) if envs is None else envs.tolist()

@@ -103,16 +103,17 @@ class FirstReadyVerbs:
             self._pool.seeds.sent(seeds, every)
             noted()
 
-    def send(self, actions: Any, env_ids: Sequence[int], *, label: str = "send") -> None:
+    def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait.
 
-        `label`: the verb the user called, which errors name (Tianshou's `step`).
+        Its errors name the face's verb for it (`InFlightWords.send`).
         """
         lanes = self._ready_lanes
         if lanes is not None and lanes.send(actions, env_ids):
             return
+        label = self._state.words.send
         self._state.check_idle(label, in_flight_ok=True)
-        self._state.check_not_busy(env_ids, "sending it another action")
+        self._state.check_not_busy(env_ids, reset=False)
         if self._store is None:
             per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
             for env, action in zip(env_ids, actions, strict=True):
@@ -131,16 +132,12 @@ class FirstReadyVerbs:
         batch_size: int | None = None,
         timeout: float | None = None,
         finish: Callable[[Batch], T] = as_is,
-        *,
-        label: str = "recv",
-        again: str = "call `recv` again to wait longer",
     ) -> T:
         """The results of the first envs to finish what `send`/`async_reset` started.
 
         `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
-        before it returns leaves the results in flight for the next `recv` (`hand_out`).
-        `label`: the verb the user called, which errors and timeouts name (Tianshou's `step`);
-        `again`: how the user waits longer for the envs a timeout leaves in flight.
+        before it returns leaves the results in flight for the next `recv` (`hand_out`). Its
+        errors and timeouts name the face's verb for it (`InFlightWords.recv`).
 
         A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
         lost worker's (whose envs report their lost episodes at their next step).
@@ -149,7 +146,7 @@ class FirstReadyVerbs:
             TimeoutError: Names the envs still out; they stay in flight.
             RemoteEnvError: An env raised (or a worker died and is not restarted).
         """
-        min_envs = self._state.recv_size(batch_size, label)
+        min_envs = self._state.recv_size(batch_size)
         if timeout is not None:  # (checked only when given: `recv` is the first-ready hot path)
             timeout = check_wait(timeout)
         seconds = self._pool.options.timeout if timeout is None else timeout
@@ -160,7 +157,7 @@ class FirstReadyVerbs:
                 return lanes.recv(min_envs, deadline, finish)
             except NotHot:
                 pass
-        done = self._first(min_envs, timeout, deadline, label, again)
+        done = self._first(min_envs, timeout, deadline)
         tickets = [ticket for ticket, _, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
             received = []
@@ -193,12 +190,8 @@ class FirstReadyVerbs:
         min_envs: int,
         timeout: float | None,
         deadline: float | None,
-        label: str,
-        again: str,
     ) -> list[tuple[Ticket, str, Any]]:
         """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
-
-        `label` and `again`: as `recv`'s (the verb its errors name, the advice of a timeout).
 
         Everything already finished is included; the tickets stay in flight (`recv` takes
         them out as it hands their results out). `deadline`: the call's, unless a first call
@@ -208,7 +201,7 @@ class FirstReadyVerbs:
         tickets = [ticket for ticket, _ in in_flight]
         seconds = self._pool.options.timeout if timeout is None else timeout
         seconds, deadline = self._pool.deadline_for(tickets, seconds, deadline)
-        progress = -1
+        progress, words = -1, self._state.words
         while True:
             settled = envs_in = 0
             for ticket in tickets:
@@ -219,13 +212,13 @@ class FirstReadyVerbs:
             if settled == progress:  # the last wait ended at the deadline with nothing new
                 late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
                 raise TimeoutError(
-                    f"`{label}` timed out after {seconds} s: env(s) {late} did not answer. "
-                    f"They stay in flight: {again}, or close this vector env."
+                    f"`{words.recv}` timed out after {seconds} s: env(s) {late} did not "
+                    f"answer. They stay in flight: {words.again}, or close this vector env."
                 )
             progress = settled
             wait_tickets(tickets, deadline, settled + 1)
         done = [(ticket, kind) for ticket, kind in in_flight if ticket.outcome is not None]
-        call = Call("step", label, [t for t, _ in done])
+        call = Call("step", words.recv, [t for t, _ in done])
         ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
         try:
             values = self._calls.judge(call, seconds, False, deadline=ends)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -28,8 +28,8 @@ from ray_multiprocess_env._engine.options import (
     check_seed_list,
     seconds_of,
 )
+from ray_multiprocess_env._engine.words import InFlightWords
 from ray_multiprocess_env.batch import stack
-from ray_multiprocess_env.errors import NoPendingCallError, PendingCallError
 from ray_multiprocess_env.faces.tianshou_results import reset_result, step_result
 
 if TYPE_CHECKING:
@@ -41,6 +41,24 @@ __all__ = ["TianshouVectorEnv"]
 
 _SPACES = ("action_space", "observation_space")
 _DERIVED = "`{}` follows the calls in flight and cannot be set; `step(None)` collects them."
+
+_STEPPING = "is still stepping (it is in `waiting_id`); collect it with `step(None)` before"
+#: Tianshou's asynchronous `step` sends and collects; `step(None)` only collects.
+_WORDS = InFlightWords(
+    send="step",
+    recv="step",
+    busy_send=f"env {{env}} in `id` {_STEPPING} stepping it again.",
+    busy_reset=f"env {{env}} in `env_id` {_STEPPING} resetting it.",
+    busy_all=(
+        "env(s) {envs} are still stepping (in `waiting_id`); collect them with `step(None)` "
+        "before `{verb}`."
+    ),
+    nothing=(
+        "`step` got `action` None, which collects envs still stepping, but none is "
+        "(`waiting_id` is empty); pass one action per env in `id`."
+    ),
+    again="`step(None)` waits for them again",
+)
 
 
 class TianshouVectorEnv(BaseVectorEnv):
@@ -115,6 +133,7 @@ class TianshouVectorEnv(BaseVectorEnv):
             info_layout="per_env",
             uniform="prefer",  # Tianshou's envs may differ in their spaces
             autoreset=False,
+            words=_WORDS,
         )
         self.env_num = self._engine.spec.num_envs
         self.wait_num = wait_num or self.env_num
@@ -148,7 +167,6 @@ class TianshouVectorEnv(BaseVectorEnv):
                 f"`reset` got {sorted(kwargs)}; it passes only `seed` and `options` to the "
                 "envs' `reset`."
             )
-        self._check_not_stepping(ids, "`env_id`", "resetting it")
         mask = np.zeros(self.env_num, dtype=np.bool_)
         mask[ids] = True
         seeds: list[int | None] = [seed if chosen else None for chosen in mask.tolist()]
@@ -183,12 +201,6 @@ class TianshouVectorEnv(BaseVectorEnv):
                     "`wait_timeout` accepts (to collect envs still stepping); pass one action "
                     "per env in `id`."
                 )
-            if not self.waiting_id and not self._engine.closed:
-                raise NoPendingCallError(
-                    "`step` got `action` None, which collects envs still stepping, but none is "
-                    "(`waiting_id` is empty); pass one action per env in `id`.",
-                    "step",
-                )
         else:
             if hasattr(action, "detach"):  # a torch tensor (Tianshou allows one)
                 action = action.detach().cpu().numpy()
@@ -207,8 +219,7 @@ class TianshouVectorEnv(BaseVectorEnv):
                 return self._engine.step_envs(
                     self._action_batch(action), ids, finish=lambda b: step_result(b, ids, spec)
                 )
-            self._check_not_stepping(ids, "`id`", "stepping it again")
-            self._engine.send(self._action_batch(action), ids, label="step")
+            self._engine.send(self._action_batch(action), ids)
         return self._recv_first()  # (a Ctrl-C leaves what was sent in flight: `waiting_id`)
 
     @property
@@ -243,10 +254,9 @@ class TianshouVectorEnv(BaseVectorEnv):
             ``[seed]`` for each env (None where the seed is None).
         """
         seeds = check_seed_list(seed, self.env_num, "seed")
-        self._check_none_stepping("seed")
+        self._engine.reset(list(seeds), label="seed")  # (refused while envs are stepping)
         for space, env_seed in zip(self._space_list("action_space"), seeds, strict=True):
             space.seed(env_seed)
-        self._engine.reset(list(seeds), label="seed")
         return [None if s is None else [s] for s in seeds]
 
     def get_env_attr(
@@ -272,8 +282,8 @@ class TianshouVectorEnv(BaseVectorEnv):
 
     def render(self, **kwargs: Any) -> list[Any]:
         """Each env's ``render(**kwargs)`` (make the envs with a ``render_mode``)."""
-        self._check_none_stepping("render")
-        return self._each("call", list(range(self.env_num)), ("render",), kwargs)
+        every = list(range(self.env_num))  # (refused while envs are stepping)
+        return self._each("call", every, ("render",), kwargs, label="render", in_flight_ok=False)
 
     def close(self) -> None:
         """Close every env and kill the workers (within `timeout`, 30 s if None); idempotent."""
@@ -309,43 +319,12 @@ class TianshouVectorEnv(BaseVectorEnv):
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""
         wanted = min(self.wait_num, len(self.waiting_id))
         if self.wait_timeout is None:
-            return self._recv(wanted, None)
+            return self._engine.recv(wanted, None, self._received)
         try:
-            return self._recv(wanted, self.wait_timeout)
+            return self._engine.recv(wanted, self.wait_timeout, self._received)
         except TimeoutError:  # the envs still out stay in flight
             # (what finished meanwhile, or the next to finish)
-            return self._recv(1, None)
-
-    def _check_not_stepping(self, ids: Iterable[int], where: str, then: str) -> None:
-        """A ValueError, in Tianshou's words, naming the first of `ids` still stepping."""
-        if not self.is_async:
-            return
-        stepping = set(self.waiting_id)
-        for env in (env for env in ids if env in stepping):
-            raise ValueError(
-                f"env {env} in {where} is still stepping (it is in `waiting_id`); collect it "
-                f"with `step(None)` before {then}."
-            )
-
-    def _check_none_stepping(self, verb: str) -> None:
-        """A `PendingCallError` for `verb`, a call of every env, while some are still stepping.
-
-        (The engine's own type for a call made while others wait: `seed` raised it before the
-        face said it in Tianshou's words; a `RuntimeError`, as `render`'s was.)
-        """
-        if self.waiting_id:
-            raise PendingCallError(
-                f"env(s) {self.waiting_id} are still stepping (in `waiting_id`); collect them "
-                f"with `step(None)` before `{verb}`.",
-                "step",
-            )
-
-    def _recv(
-        self, wanted: int, timeout: float | None
-    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The engine's `recv`, its errors and timeouts worded for `step` (the user's verb)."""
-        again = "`step(None)` waits for them again"
-        return self._engine.recv(wanted, timeout, self._received, label="step", again=again)
+            return self._engine.recv(1, None, self._received)
 
     def _received(self, batch: Batch) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         assert batch.env_ids is not None
@@ -377,10 +356,14 @@ class TianshouVectorEnv(BaseVectorEnv):
         ids: list[int],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any] | None = None,
+        *,
+        label: str | None = None,
+        in_flight_ok: bool | None = None,
     ) -> list[Any]:
+        """`method` of the envs `ids`; by default allowed beside envs still stepping."""
         chosen = set(ids)
         per_env = [args if env in chosen else None for env in range(self.env_num)]
-        results = self._engine.call(
-            method, per_env, [kwargs or {}] * self.env_num, in_flight_ok=self.is_async
-        )
+        ok = self.is_async if in_flight_ok is None else in_flight_ok
+        kwargs_per_env = [kwargs or {}] * self.env_num
+        results = self._engine.call(method, per_env, kwargs_per_env, label=label, in_flight_ok=ok)
         return [results[env] for env in ids]
