@@ -12,7 +12,7 @@ a reader gets. A notebook is written back only if every cell ran and no output n
 this machine (a warning that quotes a file, say); otherwise it is left as it was and the script
 exits with status 1. Cell timings are not stored, so a re-run changes only what the cells print
 and plot, and ``metadata.execute_py.code_sha256`` records which code the outputs came from
-(``tests/test_notebook.py`` fails when the code has changed since).
+(``tests/test_notebook_files.py`` fails when the code has changed since).
 
 Two things are tidied, so that the stored outputs are those a reader would see:
 

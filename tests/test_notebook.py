@@ -1,11 +1,12 @@
-"""Notebooks: outputs stored from a real run, Japanese twins, and runs in a Jupyter kernel."""
+"""Notebooks run in a Jupyter kernel: cells as users write them, and each notebook top to bottom.
+
+The stored files themselves (Japanese twins, outputs of one clean run): `test_notebook_files.py`.
+"""
 
 from __future__ import annotations
 
-import ast
 import concurrent.futures
 import copy
-import importlib.util
 import os
 import re
 import textwrap
@@ -13,31 +14,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from IPython.core.inputtransformer2 import TransformerManager
 from nbclient import NotebookClient
 
-NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
-ENGLISH = [p for p in NOTEBOOKS if not p.name.endswith(".ja.ipynb")]
-JAPANESE = [p for p in NOTEBOOKS if p.name.endswith(".ja.ipynb")]
-
-_WIDGET = "application/vnd.jupyter.widget-view+json"
-
-
-def _load_execute_script():
-    spec = importlib.util.spec_from_file_location("execute", NOTEBOOK_DIR / "execute.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# What no stored output may hold: the same patterns execute.py refuses to save.
-_SCRIPT = _load_execute_script()
-_ERRORS, _MACHINE = _SCRIPT.ERRORS, _SCRIPT.MACHINE
-
-
-def _twin(path: Path) -> Path:
-    return path.with_name(path.name.removesuffix(".ipynb") + ".ja.ipynb")
+from tests.notebook_cells import ENGLISH, ERRORS, all_text, code_cells, output_kinds
 
 
 def _execute(
@@ -204,165 +183,10 @@ def test_seed_notebook_flow_with_gymnasium(ray_address):
     )
 
 
-def _code_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
-    return [cell for cell in notebook.cells if cell.cell_type == "code"]
-
-
-def _all_text(cell: nbformat.NotebookNode) -> str:
-    """Everything a cell's outputs say in text (streams, tracebacks, text/* data; no images)."""
-    parts = []
-    for output in cell.get("outputs", []):
-        parts.append(output.get("text", ""))
-        parts.extend(output.get("traceback", []))
-        data = output.get("data", {})
-        parts.extend(str(v) for k, v in data.items() if k.startswith("text/"))
-    return "\n".join(parts)
-
-
-def _kinds(cell: nbformat.NotebookNode) -> set[str]:
-    """What a cell's outputs are, stderr aside (Ray logs differently when it joins a cluster)."""
-    kinds = set()
-    for output in cell.get("outputs", []):
-        if output.output_type == "stream":
-            kinds.add(output.name)
-        else:
-            kinds.add(output.output_type)
-            kinds.update(k for k in output.get("data", {}) if k in ("image/png", _WIDGET))
-    return kinds - {"stderr"}
-
-
-def _parse(source: str) -> ast.Module:
-    return ast.parse(TransformerManager().transform_cell(source))  # IPython magics to Python
-
-
-def _calls(source: str) -> set[str]:
-    """The names of the functions a cell calls when it runs (not those only called in defs)."""
-    names = set()
-    pending: list[ast.AST] = list(_parse(source).body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, ast.Call):
-            func = node.func
-            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
-        pending.extend(ast.iter_child_nodes(node))
-    return names
-
-
-def _expects_output(source: str) -> bool:
-    """Whether a cell prints, plots (`show`), shows a progress bar or ends in a plain expression."""
-    if _calls(source) & {"print", "show", "tqdm"}:
-        return True
-    body = _parse(source).body
-    return (
-        bool(body)
-        and isinstance(body[-1], ast.Expr)
-        and not isinstance(body[-1].value, ast.Call)
-        and not source.rstrip().endswith(";")
-    )
-
-
-def _shape(source: str) -> tuple[str, list[str]]:
-    """The code of a cell without its text: comments, string literals and f-strings' text.
-
-    Returns the dump of the syntax tree with every string literal blanked and f-strings cut to
-    their replacement fields (their format specs kept), and the blanked literals in order.
-    """
-    strings: list[str] = []
-
-    class Blank(ast.NodeTransformer):
-        def visit_Constant(self, node: ast.Constant) -> ast.AST:
-            if isinstance(node.value, str):
-                strings.append(node.value)
-                return ast.Constant(value="")
-            return node
-
-        def visit_JoinedStr(self, node: ast.JoinedStr) -> ast.AST:
-            fields = [v for v in node.values if isinstance(v, ast.FormattedValue)]
-            node.values = [self.visit(v) for v in fields]
-            return node
-
-        def visit_FormattedValue(self, node: ast.FormattedValue) -> ast.AST:
-            node.value = self.visit(node.value)
-            return node  # the format spec (say `+.2f`) is code: kept as it is
-
-    tree = Blank().visit(_parse(source))
-    return ast.dump(tree), strings
-
-
-_API_NAME = re.compile(r"`([A-Za-z_][\w.]*(?:\([^`]*\))?)`")
-
-
-def test_every_english_notebook_has_a_japanese_twin_and_back():
-    """Each notebook in notebooks/ has a `.ja.ipynb` twin, and each twin an English notebook."""
-    assert len(ENGLISH) >= 5
-    assert sorted(_twin(p) for p in ENGLISH) == JAPANESE
-
-
-@pytest.mark.parametrize("path", ENGLISH, ids=[p.name for p in ENGLISH])
-def test_japanese_twin_has_the_english_code_and_translated_text(path):
-    """A twin's cells match the English ones: the same code, comments and text aside.
-
-    Code cells have the same syntax tree once comments, string literals and the text of
-    f-strings are left out; a string literal may differ only by being translated (it then holds
-    Japanese; a translated key or id would fail when `notebooks/execute.py` runs the twin, and
-    the stored-outputs test requires that run). Markdown cells are translated and name the same
-    APIs in backticks.
-    """
-    english = nbformat.read(path, as_version=4)
-    japanese = nbformat.read(_twin(path), as_version=4)
-    assert [c.cell_type for c in japanese.cells] == [c.cell_type for c in english.cells]
-    for index, (en, ja) in enumerate(zip(english.cells, japanese.cells, strict=True)):
-        where = f"{_twin(path).name} cell {index}"
-        if en.cell_type == "markdown":
-            assert not ja.source.isascii(), f"{where} is not translated"
-            assert set(_API_NAME.findall(ja.source)) == set(_API_NAME.findall(en.source)), where
-            continue
-        en_code, en_strings = _shape(en.source)
-        ja_code, ja_strings = _shape(ja.source)
-        assert ja_code == en_code, f"{where}: code differs from English beyond comments and text"
-        for en_string, ja_string in zip(en_strings, ja_strings, strict=True):
-            assert ja_string == en_string or not ja_string.isascii(), (
-                f"{where}: {ja_string!r} is neither the English {en_string!r} nor a translation"
-            )
-        assert _kinds(ja) == _kinds(en), f"{where}: outputs differ in kind from the English"
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_is_stored_with_the_outputs_of_one_top_to_bottom_run(path):
-    """Outputs come from one clean run of the current code and carry no errors or machine noise.
-
-    Cells were executed once each, in order (execution counts 1, 2, ...), by
-    `notebooks/execute.py` on the code as it is now; every cell that prints, plots or ends in an
-    expression has outputs, every plot is a PNG and every progress bar shows its end; the last
-    cell shuts Ray down (else a kernel that started a local Ray prints stack dumps when it exits).
-    """
-    notebook = nbformat.read(path, as_version=4)
-    cells = _code_cells(notebook)
-    rerun = f"run `python notebooks/execute.py notebooks/{path.name}`"
-    assert [c.execution_count for c in cells] == list(range(1, len(cells) + 1)), rerun
-    stored_for = notebook.metadata.get("execute_py", {}).get("code_sha256")
-    assert stored_for == _SCRIPT.code_sha256(notebook), f"code changed: {rerun}"
-    for index, cell in enumerate(cells):
-        where = f"{path.name} code cell {index}"
-        if _expects_output(cell.source):
-            assert cell.outputs, f"{where} prints or shows something but has no stored output"
-        if "show" in _calls(cell.source):
-            assert "image/png" in _kinds(cell), f"{where} has no PNG"
-        for output in cell.outputs:
-            assert output.output_type != "error", where
-            if _WIDGET in output.get("data", {}) and "tqdm" in _calls(cell.source):
-                assert "100%|" in output.data["text/plain"], f"{where}: bar not finished"
-        noise = _ERRORS.search(_all_text(cell)) or _MACHINE.search(_all_text(cell))
-        assert noise is None, f"{where} stores {noise.group()!r}"
-    assert "ray.shutdown()" in cells[-1].source, f"{path.name} leaves Ray running at the end"
-
-
 def _run_cleared(path: Path, ray_address: str) -> nbformat.NotebookNode:
     """Run a copy of the notebook at `path` with its outputs cleared, in its directory."""
     notebook = nbformat.read(path, as_version=4)
-    for cell in _code_cells(notebook):
+    for cell in code_cells(notebook):
         cell.outputs = []
         cell.execution_count = None
     return _execute(notebook, ray_address, cwd=path.parent)
@@ -376,7 +200,7 @@ def _without_raylet_streams(cell: nbformat.NotebookNode) -> nbformat.NotebookNod
     """`cell` less its outputs that are streams of nothing but raylet lines.
 
     With kernels side by side on the test cluster, one driver's many worker starts make the
-    raylet warn every driver; that is Ray's, like the stderr `_kinds` leaves out.
+    raylet warn every driver; that is Ray's, like the stderr `output_kinds` leaves out.
     """
     kept = copy.deepcopy(cell)
     kept.outputs = [
@@ -429,11 +253,11 @@ def test_notebook_runs_top_to_bottom(path, notebook_runs):
     if isinstance(notebook, BaseException):
         raise notebook
     stored = nbformat.reads(stored_bytes.decode("utf-8"), as_version=4)
-    pairs = zip(_code_cells(stored), _code_cells(notebook), strict=True)
+    pairs = zip(code_cells(stored), code_cells(notebook), strict=True)
     for index, (old, new) in enumerate(pairs):
         where = f"{path.name} code cell {index}"
-        kinds = _kinds(_without_raylet_streams(new))
-        assert kinds == _kinds(old), f"{where}: {kinds} now, {_kinds(old)} stored"
-        noise = _ERRORS.search(_all_text(new))
+        kinds = output_kinds(_without_raylet_streams(new))
+        assert kinds == output_kinds(old), f"{where}: {kinds} now, {output_kinds(old)} stored"
+        noise = ERRORS.search(all_text(new))
         assert noise is None, f"{where} printed {noise.group()!r}"
     assert path.read_bytes() == stored_bytes
