@@ -106,7 +106,7 @@ class FirstReadyVerbs:
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait.
 
-        Its errors name the face's verb for it (`InFlightWords.send`).
+        Its errors speak the face's words (`InFlightWords`: `send`, `busy_send`).
         """
         lanes = self._ready_lanes
         if lanes is not None and lanes.send(actions, env_ids):
@@ -137,7 +137,7 @@ class FirstReadyVerbs:
 
         `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
         before it returns leaves the results in flight for the next `recv` (`hand_out`). Its
-        errors and timeouts name the face's verb for it (`InFlightWords.recv`).
+        errors and timeouts speak the face's words (`InFlightWords`: `recv`, `nothing`, `again`).
 
         A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
         lost worker's (whose envs report their lost episodes at their next step).

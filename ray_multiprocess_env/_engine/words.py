@@ -24,16 +24,17 @@ class InFlightWords:
     send: str = "send"
     #: The verb that collects them: its errors and timeouts name it.
     recv: str = "recv"
-    #: An env of a step that is still in flight (``{env}``).
+    #: A send refused: env ``{env}`` has a call (a step or a reset) still in flight.
     busy_send: str = (
         "env {env} already has a call in flight; `recv` its result before sending it another "
         "action."
     )
-    #: An env of a reset that is still in flight (``{env}``).
+    #: A reset refused: env ``{env}`` has a call (a step or a reset) still in flight.
     busy_reset: str = (
         "env {env} already has a call in flight; `recv` its result before resetting it."
     )
-    #: A verb of every env (``{verb}``) while some (``{envs}``) are in flight.
+    #: A call ``{verb}`` refused while the envs ``{envs}`` have first-ready calls in flight (any
+    #: verb that may not run beside them: a full reset, Tianshou's `seed` or `render`...).
     busy_all: str = (
         "`{verb}` was called while env(s) {envs} have calls in flight; `recv` them first."
     )

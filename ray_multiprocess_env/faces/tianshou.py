@@ -254,8 +254,9 @@ class TianshouVectorEnv(BaseVectorEnv):
             ``[seed]`` for each env (None where the seed is None).
         """
         seeds = check_seed_list(seed, self.env_num, "seed")
+        action_spaces = self._space_list("action_space")  # (fetched first: it may ask the envs)
         self._engine.reset(list(seeds), label="seed")  # (refused while envs are stepping)
-        for space, env_seed in zip(self._space_list("action_space"), seeds, strict=True):
+        for space, env_seed in zip(action_spaces, seeds, strict=True):
             space.seed(env_seed)
         return [None if s is None else [s] for s in seeds]
 

@@ -367,7 +367,7 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
     """In async mode the user calls `step`, never `send` or `recv`: every error says `step`.
 
     An env error, a timeout (and how to wait again), an env still stepping, nothing to
-    collect, and a closed vector env.
+    collect, and a closed vector env; a `seed` refused seeds no action space either.
     """
     fns = [functools.partial(WalkEnv, 1000, delay) for delay in (0.0, 0.0, 3.0)]
     envs = TianshouVectorEnv(fns, wait_num=2, timeout=1.0)  # (env 2 is always late)
@@ -384,9 +384,11 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
             envs.step(np.ones(2), [1, 2])
         with pytest.raises(ValueError, match=stepping.format("`env_id`", "resetting it")):
             envs.reset([1, 2])
+        spaces = [space.np_random.bit_generator.state for space in envs.action_space]
         for verb in ("seed", "render"):
             with pytest.raises(PendingCallError, match=r"^env\(s\) \[0, 2\] are still stepping"):
                 getattr(envs, verb)()
+        assert [s.np_random.bit_generator.state for s in envs.action_space] == spaces  # unseeded
         while envs.waiting_id:  # (env 2 answers once its step of 3 s is over)
             with contextlib.suppress(TimeoutError):
                 envs.step(None)
@@ -395,6 +397,9 @@ def test_an_async_steps_errors_speak_of_step_the_users_call():
     for action in (None, np.ones(3)):
         with pytest.raises(ClosedEnvError, match=r"^`step` was called on a closed"):
             envs.step(action)
+    for verb in ("seed", "render"):
+        with pytest.raises(ClosedEnvError, match=rf"^`{verb}` was called on a closed"):
+            getattr(envs, verb)()
 
 
 def test_an_env_that_raises_in_async_mode_is_ready_again():
@@ -412,7 +417,7 @@ def test_an_env_that_raises_in_async_mode_is_ready_again():
         envs.reset(1)
         assert envs.waiting_id == []
         assert sorted(envs.ready_id) == [0, 1, 2, 3]
-        assert envs.get_env_attr("size") == [1000] * 4  # (`render` is allowed: nothing out)
+        assert envs.get_env_attr("size") == [1000] * 4  # (every env answers: none is out)
         *_, infos = envs.step(np.ones(4), np.arange(4))
         assert len(infos) >= 2
 
