@@ -318,7 +318,7 @@ class TianshouVectorEnv(BaseVectorEnv):
 
     def _recv_first(self) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Tianshou's asynchronous wait: `wait_num` envs, or what finished by `wait_timeout`."""
-        wanted = min(self.wait_num, len(self.waiting_id))
+        wanted = self.wait_num  # (more than are in flight: all of them)
         if self.wait_timeout is None:
             return self._engine.recv(wanted, None, self._received)
         try:
