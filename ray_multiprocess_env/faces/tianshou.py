@@ -283,8 +283,8 @@ class TianshouVectorEnv(BaseVectorEnv):
 
     def render(self, **kwargs: Any) -> list[Any]:
         """Each env's ``render(**kwargs)`` (make the envs with a ``render_mode``)."""
-        every = list(range(self.env_num))  # (refused while envs are stepping)
-        return self._each("call", every, ("render",), kwargs, label="render", in_flight_ok=False)
+        every = [("render",)] * self.env_num  # (not `in_flight_ok`: refused while envs step)
+        return self._engine.call("call", every, [kwargs] * self.env_num, label="render")
 
     def close(self) -> None:
         """Close every env and kill the workers (within `timeout`, 30 s if None); idempotent."""
@@ -357,14 +357,10 @@ class TianshouVectorEnv(BaseVectorEnv):
         ids: list[int],
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any] | None = None,
-        *,
-        label: str | None = None,
-        in_flight_ok: bool | None = None,
     ) -> list[Any]:
-        """`method` of the envs `ids`; by default allowed beside envs still stepping."""
         chosen = set(ids)
         per_env = [args if env in chosen else None for env in range(self.env_num)]
-        ok = self.is_async if in_flight_ok is None else in_flight_ok
-        kwargs_per_env = [kwargs or {}] * self.env_num
-        results = self._engine.call(method, per_env, kwargs_per_env, label=label, in_flight_ok=ok)
+        results = self._engine.call(
+            method, per_env, [kwargs or {}] * self.env_num, in_flight_ok=self.is_async
+        )
         return [results[env] for env in ids]
