@@ -2,7 +2,7 @@
 
 Run by hand from the repository root (`benchmarks.against_probe` runs it too):
 
-    python -m benchmarks.worker_step [--env HalfCheetah-v5] [--k 8]
+    python -m benchmarks.worker_step [--env HalfCheetah-v5] [--k 8] [--idle-us 300]
 
 The worker is set up as the shared-memory transport sets it up (its rows in shared memory, the
 numeric infos in their columns) and answers the step's doorbell as its pipe loop does: the
@@ -10,6 +10,13 @@ actions written into its rows, the message run, the status record made. The raw 
 as many envs of the same id with the same actions (``env.step`` and a reset when an episode
 ends, nothing else). The two take turns every 10 calls, so the machine's drift falls on both
 alike; the CPU time is the thread's own.
+
+With ``--idle-us``, both loops sleep that long after each call, as a worker in lockstep waits
+while the driver hands the results out and sends the next actions. The sleep is not counted
+(the CPU time is the thread's), but on the machine measured here (docs/performance.md) the
+env steps after it cost a third to a half more CPU, in the raw loop as in ours: a core that
+went idle wakes slower (cold caches, maybe a lower clock). That, not the worker's code, is most
+of what a worker spends beyond its env steps in `benchmarks.profile_step`.
 """
 
 from __future__ import annotations
@@ -28,8 +35,11 @@ from ray_multiprocess_env._protocol.status import DOORBELL
 from ray_multiprocess_env._worker.env_worker import EnvWorker, _plain_handle
 
 
-def measure(env_id: str, k: int, rounds: int = 300) -> dict[str, float]:
-    """µs of CPU per env step: ``raw_us``, ``ours_us``, and ``overhead`` (ours / raw - 1)."""
+def measure(env_id: str, k: int, rounds: int = 300, idle: float = 0.0) -> dict[str, float]:
+    """µs of CPU per env step: ``raw_us``, ``ours_us``, and ``overhead`` (ours / raw - 1).
+
+    `idle`: the seconds both loops sleep after each call (see the module docstring).
+    """
     worker = EnvWorker(
         [lambda: gym.make(env_id)] * k, list(range(k)), AutoresetMode.NEXT_STEP.value
     )
@@ -57,6 +67,8 @@ def measure(env_id: str, k: int, rounds: int = 300) -> dict[str, float]:
             leaf[...] = actions[(t + i) % 64]
             _, ok, value = pipes.run(handle, DOORBELL)
             pipes.encode_result(ok, value, worker.env_indices, "step")
+            if idle:
+                time.sleep(idle)
 
     def raw(count: int, t: int) -> None:
         for i in range(count):
@@ -65,6 +77,8 @@ def measure(env_id: str, k: int, rounds: int = 300) -> dict[str, float]:
                 _, _, terminated, truncated, _ = env.step(action[j])
                 if terminated or truncated:
                     env.reset()
+            if idle:
+                time.sleep(idle)
 
     spent = {"raw": 0.0, "ours": 0.0}
     for run in range(rounds):
@@ -89,10 +103,14 @@ def main() -> None:
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--idle-us", type=float, default=0.0, help="sleep after each call")
     args = parser.parse_args()
-    result = measure(args.env, args.k, args.rounds)
+    if args.idle_us < 0:
+        parser.error(f"--idle-us must be 0 or more, got {args.idle_us}")
+    result = measure(args.env, args.k, args.rounds, args.idle_us / 1e6)
+    idle = f", {args.idle_us:g} µs idle after each call" if args.idle_us else ""
     print(
-        f"{args.env}, {args.k} envs: raw loop {result['raw_us']:.1f} µs, the worker "
+        f"{args.env}, {args.k} envs{idle}: raw loop {result['raw_us']:.1f} µs, the worker "
         f"{result['ours_us']:.1f} µs per env step (+{result['overhead'] * 100:.1f}%)"
     )
 
