@@ -39,9 +39,11 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._launch_step,
     Engine._wait_step,
+    Engine._wait_slow,
     Lanes.launch,
     LaneCall.__init__,
     Lanes.wait,
+    Lanes.wait_held,
     Lanes.batch,
     LaneCall.tickets,
     SharedMemoryTransport.read_lane,
@@ -55,6 +57,7 @@ STEP_CODE: list[Callable[..., Any]] = [
 #: Where the slow path takes a step over from the hot path (an env raised in it).
 TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Lanes.wait,
+    Lanes.wait_held,
     Lanes._took_reply,
     PipeTransport.take_reply,
     LaneCall.tickets,
@@ -74,6 +77,7 @@ RESET_CODE: list[Callable[..., Any]] = [
     LaneSet.polled,
     SharedMemoryTransport.post,
     Lanes.wait,
+    Lanes.wait_held,
     Lanes.replies,
     type(DEFERRED).__enter__,
     type(DEFERRED).__exit__,
@@ -84,6 +88,7 @@ RESET_CODE: list[Callable[..., Any]] = [
 RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.wait,
+    Lanes.wait_held,
     Lanes._took_reply,
     took_reply,
     PipeTransport.take_reply,
@@ -112,6 +117,7 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     LaneSet.polled,
     SharedMemoryTransport.ring,
     Lanes.wait,
+    Lanes.wait_held,
     Lanes.batch,
     answer_part,
     hand_out,
@@ -273,7 +279,7 @@ def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true()
     with contextlib.closing(envs):
         envs.reset()
         fired_in = given_up = 0
-        for function, line in rounds_of([*code, Lanes.wait, hand_out]):
+        for function, line in rounds_of([*code, Lanes.wait, Lanes.wait_held, hand_out]):
             envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
             fired = []
             with contextlib.suppress(KeyboardInterrupt):

@@ -42,15 +42,18 @@ def _readable(envs, worker: int, within: float = 60.0) -> bool:
 
 @pytest.fixture
 def roads(monkeypatch):
-    """``(op, whether it ended on the lanes)`` of each call `Lanes.wait` saw, in order."""
-    wait, seen = Lanes.wait, []
+    """``(op, whether it ended on the lanes)`` of each call `Lanes.wait_held` saw, in order.
+
+    (`Lanes.wait` runs it too: every wait on the lanes.)
+    """
+    wait, seen = Lanes.wait_held, []
 
     def spy(self, call, deadline):
         went = wait(self, call, deadline)
         seen.append((call.op, went))
         return went
 
-    monkeypatch.setattr(Lanes, "wait", spy)
+    monkeypatch.setattr(Lanes, "wait_held", spy)
     return seen
 
 

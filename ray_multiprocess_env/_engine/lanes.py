@@ -310,25 +310,34 @@ class Lanes:
         is not a lane call the slow path has not taken over: the slow path's to wait for and
         judge (its tickets are made then). A Ctrl-C while it waits gives the call up.
         """
+        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
+            return self.wait_held(call, deadline)
+
+    def wait_held(self, call: Call, deadline: float | None) -> bool:
+        """`wait`, in the caller's block that holds interrupts back (the outermost one).
+
+        For a verb that rings, waits and hands out in one block (`Engine.step`): a Ctrl-C
+        held back before the wait, or arriving in it, comes through in ``poll``, where nothing
+        is half read (`_DeferredInterrupts.poll`), and gives the call up.
+        """
         step = call.lanes
         if type(step) is not LaneCall or step._made is not None:
             return False
         lanes, codes, poller, at = step.lanes, step.codes, step.poller, step.at
-        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
-            while step.left:
-                ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
-                if not ready:
-                    return False  # (at `deadline`: the slow path's wait says so)
-                for fd, _ in ready:
-                    i = at[fd]
-                    if codes[i] != NOTHING:  # (answered, and readable again: its end, most
-                        return False  # likely; left to the slow path's read, which finds it)
-                    code = lanes[i].transport.read_lane()
-                    if code >= 0:
-                        codes[i] = code
-                        step.left -= 1
-                    elif code == OTHER and not self._took_reply(step, i):
-                        return False
+        while step.left:
+            ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
+            if not ready:
+                return False  # (at `deadline`: the slow path's wait says so)
+            for fd, _ in ready:
+                i = at[fd]
+                if codes[i] != NOTHING:  # (answered, and readable again: its end, most
+                    return False  # likely; left to the slow path's read, which finds it)
+                code = lanes[i].transport.read_lane()
+                if code >= 0:
+                    codes[i] = code
+                    step.left -= 1
+                elif code == OTHER and not self._took_reply(step, i):
+                    return False
         return True
 
     @staticmethod

@@ -17,7 +17,7 @@ import numpy as np
 from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.records import Batch
@@ -48,7 +48,24 @@ class StepVerbs(FirstReadyVerbs):
         lost-episode reports in it count as delivered only once it has returned.
         """
         self._state.check_idle(label)
-        return self._wait_step(self._launch_step(actions), None, finish)
+        lanes = self._lanes
+        if lanes is None:
+            return self._wait_step(self._launch_step(actions), None, finish)
+        deadline = deadline_in(self._pool.options.timeout)
+        # Rung, waited for and handed out in one block: a Ctrl-C comes through only while
+        # `poll` blocks (`Lanes.wait_held`) and gives the step up, or is raised once the face
+        # has its results made. Nothing is taken out of the call state here, and no report is
+        # owed (or `launch` leaves the step to the slow path), so there is nothing to put back.
+        with DEFERRED:
+            call = lanes.launch(actions, "step")
+            if call is not None and lanes.wait_held(call, deadline):
+                batch = lanes.batch(call)
+                return hand_out(
+                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                )
+        if call is None:  # (not the lanes': nothing was sent)
+            return self._wait_step(self._launch_step(actions), None, finish)
+        return self._wait_slow(call, None, deadline, finish)
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
@@ -83,12 +100,20 @@ class StepVerbs(FirstReadyVerbs):
         """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
         lanes = self._lanes
+        if lanes is not None and lanes.wait(call, deadline):
+            batch = lanes.batch(call)
+            return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
+        return self._wait_slow(call, timeout, deadline, finish)
+
+    def _wait_slow(
+        self,
+        call: Call,
+        timeout: float | None,
+        deadline: float | None,
+        finish: Callable[[Batch], T],
+    ) -> T:
+        """`_wait_step` on the slow path (the lanes did not take the step, or gave it over)."""
         try:
-            if lanes is not None and lanes.wait(call, deadline):
-                batch = lanes.batch(call)
-                return hand_out(
-                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
-                )
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
             self._state.keep_pending(call)
