@@ -38,9 +38,12 @@ STEP_CODE: list[Callable[..., Any]] = [
     RayVectorEnv.step,
     Engine.step,
     Engine._launch_step,
+    Engine._launch_slow,
     Engine._wait_step,
     Engine._wait_slow,
     Lanes.launch,
+    Lanes.plan,
+    Lanes.ring,
     LaneCall.__init__,
     Lanes.wait,
     Lanes.wait_held,
@@ -56,6 +59,8 @@ STEP_CODE: list[Callable[..., Any]] = [
 
 #: Where the slow path takes a step over from the hot path (an env raised in it).
 TAKE_OVER_CODE: list[Callable[..., Any]] = [
+    Engine.step,
+    Engine._wait_slow,
     Lanes.wait,
     Lanes.wait_held,
     Lanes._took_reply,
@@ -112,6 +117,8 @@ PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
 STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
     Lanes.launch,
+    Lanes.plan,
+    Lanes.ring,
     Lanes._some,
     Lanes.rung,
     LaneSet.polled,

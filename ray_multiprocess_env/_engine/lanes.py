@@ -2,7 +2,8 @@
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
 follow the messages). `Lanes.launch` writes the actions of every env, or of whole workers'
-envs (`Engine.step_envs`), into the rows and rings each worker's doorbell; `launch_reset`
+envs (`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
+`Engine.step` calls the two itself, to ring, wait and hand out in one block); `launch_reset`
 sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
 what counts). Either keeps only the sequence numbers (`LaneCall`); `Lanes.wait` reads each
 answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
@@ -44,6 +45,7 @@ __all__ = [
     "REPLY",
     "LaneCall",
     "Lanes",
+    "StepPlan",
     "answer_part",
     "lane_ticket",
     "took_reply",
@@ -51,6 +53,9 @@ __all__ = [
 
 #: A `LaneCall` code: the worker's reply, not a record, is in `LaneCall.outcomes`.
 REPLY = -3
+
+#: A step `Lanes.plan` made: the lanes to ring, a poller of their pipes, each one's actions.
+StepPlan = tuple[list[Lane], Polled, list[Any]]
 
 
 class LaneCall:
@@ -200,24 +205,31 @@ class Lanes:
         workers' envs, each worker's in order. A Ctrl-C while it rings gives the step up:
         nothing waits for its replies.
         """
+        plan = self.plan(actions, env_ids)
+        return None if plan is None else self.ring(plan, label)
+
+    def plan(self, actions: Any, env_ids: Any = None) -> StepPlan | None:
+        """The lanes, poller and actions of a step `launch` would ring (None: not the lanes')."""
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return None  # (owed reports: the slow path has them sent again first)
         found = self.now()
         if found is None:
             return None
         if env_ids is not None:
-            some = self._some(found, actions, env_ids)
-            if some is None:
+            return self._some(found, actions, env_ids)
+        called, chunks = found.lanes, []  # (every worker: the usual, kept lean)
+        for lane in called:
+            chunk = actions[lane.start : lane.stop]
+            if not lane.transport.can_ring(chunk):
                 return None
-            called, polled, chunks = some
-        else:  # (every worker: the usual, kept lean)
-            called, polled, chunks = found.lanes, found.every, []
-            for lane in called:
-                chunk = actions[lane.start : lane.stop]
-                if not lane.transport.can_ring(chunk):
-                    return None
-                chunks.append(chunk)
-        with DEFERRED:  # every lane rung, or the step given up
+            chunks.append(chunk)
+        return called, found.every, chunks
+
+    @staticmethod
+    def ring(plan: StepPlan, label: str) -> Call:
+        """Ring the step `plan` (`plan` made it just now): every lane rung, or the step given up."""
+        called, polled, chunks = plan
+        with DEFERRED:
             seqs = [lane.transport.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
             return Call("step", label, None, LaneCall("step", called, polled, chunks, seqs))
 
@@ -239,9 +251,7 @@ class Lanes:
             out.append((lane, chunk))
         return out
 
-    def _some(
-        self, found: LaneSet, actions: np.ndarray, env_ids: Any
-    ) -> tuple[list[Lane], Polled, list[Any]] | None:
+    def _some(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> StepPlan | None:
         """`launch`'s lanes, poller and actions for the envs `env_ids` (None: not the lanes').
 
         The lanes ascending by worker (the order of the poller's places), each with its

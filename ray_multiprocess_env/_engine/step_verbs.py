@@ -49,22 +49,23 @@ class StepVerbs(FirstReadyVerbs):
         """
         self._state.check_idle(label)
         lanes = self._lanes
-        if lanes is None:
-            return self._wait_step(self._launch_step(actions), None, finish)
+        plan = None if lanes is None else lanes.plan(actions)
+        if lanes is None or plan is None:
+            return self._wait_step(self._launch_slow(actions), None, finish)
         deadline = deadline_in(self._pool.options.timeout)
-        # Rung, waited for and handed out in one block: a Ctrl-C comes through only while
-        # `poll` blocks (`Lanes.wait_held`) and gives the step up, or is raised once the face
-        # has its results made. Nothing is taken out of the call state here, and no report is
-        # owed (or `launch` leaves the step to the slow path), so there is nothing to put back.
+        # Rung, waited for and handed out in one block. A Ctrl-C held back while it rings, or
+        # coming while it waits, comes through in `poll` (`Lanes.wait_held`) and gives the step
+        # up; one after the last `poll` is raised at the block's end, once the face has its
+        # results made (its bookkeeping as the envs are). Nothing is taken out of the call
+        # state on this road and no report is owed (else `plan` leaves the step to the slow
+        # path), so there is nothing to put back.
         with DEFERRED:
-            call = lanes.launch(actions, "step")
-            if call is not None and lanes.wait_held(call, deadline):
+            call = lanes.ring(plan, "step")
+            if lanes.wait_held(call, deadline):
                 batch = lanes.batch(call)
                 return hand_out(
                     self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
                 )
-        if call is None:  # (not the lanes': nothing was sent)
-            return self._wait_step(self._launch_step(actions), None, finish)
         return self._wait_slow(call, None, deadline, finish)
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
@@ -87,8 +88,10 @@ class StepVerbs(FirstReadyVerbs):
         """Send a step of every env (nothing is sent if it raises)."""
         lanes = self._lanes
         call = None if lanes is None else lanes.launch(actions, "step")
-        if call is not None:
-            return call
+        return self._launch_slow(actions) if call is None else call
+
+    def _launch_slow(self, actions: Any) -> Call:
+        """`_launch_step` on the slow path (not the lanes')."""
         if self._store is None:
             return self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
         bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
