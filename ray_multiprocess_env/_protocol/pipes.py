@@ -271,11 +271,10 @@ class Outbox:
     """Messages waiting to be written to a pipe that does not block (see the module docstring)."""
 
     def __init__(self, guard: Guard) -> None:
-        self._data = bytearray()
+        #: The bytes queued and not yet written (empty: nothing waits). Read it, never write
+        #: it: a plain attribute, since a transport looks at it on every step.
+        self.pending = bytearray()
         self._guard = guard
-
-    def __bool__(self) -> bool:
-        return bool(self._data)
 
     def send(self, fd: int, seq: int, data: bytes) -> bool:
         """Write the message `data` (`seq`), queueing what the pipe does not take now.
@@ -283,8 +282,8 @@ class Outbox:
         Call it with interrupts held back. False if the reader is gone.
         """
         message = HEADER.pack(seq, len(data)) + data
-        if self._data:  # behind what waits already
-            self._data += message
+        if self.pending:  # behind what waits already
+            self.pending += message
             return self.flush(fd)
         try:
             written = os.write(fd, message)
@@ -293,25 +292,25 @@ class Outbox:
         except OSError:
             return False
         if written < len(message):
-            self._data += message[written:]
+            self.pending += message[written:]
         return True
 
     def flush(self, fd: int) -> bool:
         """Write what the pipe takes now; False if the reader is gone (nothing more is written)."""
-        while self._data:
+        while self.pending:
             with self._guard():
                 try:
-                    del self._data[: os.write(fd, self._data)]
+                    del self.pending[: os.write(fd, self.pending)]
                 except BlockingIOError:
                     return True
                 except OSError:
-                    self._data.clear()
+                    self.pending.clear()
                     return False
         return True
 
     def clear(self) -> None:
         """Drop what is queued."""
-        self._data.clear()
+        self.pending.clear()
 
 
 class Inbox:

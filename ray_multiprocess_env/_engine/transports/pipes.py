@@ -182,7 +182,7 @@ class PipeTransport:
     @property
     def wants_write(self) -> bool:
         """Whether part of a message still waits to be written."""
-        return bool(self._outbox)
+        return bool(self._outbox.pending)
 
     def encode(self, ticket: Ticket) -> bytes:
         """`ticket`'s operation as bytes (done before anything is sent, so errors come first)."""

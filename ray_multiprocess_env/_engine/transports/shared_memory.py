@@ -117,7 +117,7 @@ class SharedMemoryTransport(PipeTransport):
             and not self.broken
             and self._actions_shared
             and self._answered == self._seq
-            and not self._outbox
+            and not self._outbox.pending
             and type(actions) is np.ndarray
             and actions.dtype == leaf.dtype
             and actions.shape == leaf.shape
@@ -135,7 +135,7 @@ class SharedMemoryTransport(PipeTransport):
 
     def can_post(self) -> bool:
         """Whether `post` can send a message now: the worker answered all, nothing waits."""
-        return not self.broken and self._answered == self._seq and not self._outbox
+        return not self.broken and self._answered == self._seq and not self._outbox.pending
 
     def post(self, data: bytes) -> int:
         """Send the message `data` (`encode_op`'s, or `ring`'s doorbell): its sequence number.
