@@ -48,7 +48,7 @@ RECV_CODE: list[Callable[..., Any]] = [
     hand_out,
     FirstReadyLanes.recv,
     FirstReadyLanes._read,
-    FirstReadyLanes._hand_out,
+    FirstReadyLanes._parts,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
 ]
@@ -116,13 +116,13 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
 #: Where `recv` hands results out (the first Ctrl-C), and where a key held down lands again:
 #: the library's own code on the way out, where an ``except`` clause once put results back.
 #: (Inside the guard that holds Ctrl-C back, see tests/test_interrupt_guard.py.)
-HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyLanes._hand_out]
+HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyLanes.recv]
 
 
 HELD_DOWN: list[Callable[..., Any]] = [
     hand_out,
     call_state._put_back,
-    FirstReadyLanes._hand_out,
+    FirstReadyLanes._parts,
     first_ready_lanes._put_back,
     CallState.take,
     CallState.take_sent,

@@ -146,33 +146,48 @@ class FirstReadyLanes:
                 raise NotHot  # (a reset, a worker replaced, a partial reply's rest)
             key |= 1 << ticket.worker
         poller, by_fd, _ = found.polled(key)
-        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
-            try:
-                while True:
-                    settled = envs_in = 0
-                    for item in sent:
-                        if item.code != NOTHING:
-                            settled, envs_in = settled + 1, envs_in + len(item.envs)
-                    for ticket, _ in tickets:
-                        if ticket.outcome is not None:
-                            settled, envs_in = settled + 1, envs_in + len(ticket.envs)
-                    if envs_in >= min_envs or settled == len(sent) + len(tickets):
-                        break
-                    timeout = None if deadline is None else timeout_ms(deadline)
-                    ready = DEFERRED.poll(poller, timeout)
-                    if not ready:
-                        raise NotHot  # (at `deadline`: the slow path's wait says so)
-                    for fd, _ in ready:
-                        worker = by_fd[fd]
-                        self._read(sent, worker, lanes[worker].transport)
-            except NotHot:  # (what was read goes to tickets before a Ctrl-C can land)
-                state.make_tickets()
-                raise
-        return self._hand_out(
-            [item for item in sent if item.code != NOTHING],
-            [ticket for ticket, _ in tickets if ticket.outcome is not None],
-            finish,
-        )
+        done: list[LaneSend] = []
+        put: list[tuple[Ticket, str]] = []
+        taken = False
+        try:
+            # Waited for and handed out in one block. A Ctrl-C held back, or coming while it
+            # waits, comes through in `poll` with nothing taken out of flight; one after the
+            # last `poll` is raised at the block's end, after `finish`, and the results taken
+            # out go back in flight first (`_put_back`, registered to run then).
+            with DEFERRED:
+                try:
+                    while True:
+                        settled = envs_in = 0
+                        for item in sent:
+                            if item.code != NOTHING:
+                                settled, envs_in = settled + 1, envs_in + len(item.envs)
+                        for ticket, _ in tickets:
+                            if ticket.outcome is not None:
+                                settled, envs_in = settled + 1, envs_in + len(ticket.envs)
+                        if envs_in >= min_envs or settled == len(sent) + len(tickets):
+                            break
+                        timeout = None if deadline is None else timeout_ms(deadline)
+                        ready = DEFERRED.poll(poller, timeout)
+                        if not ready:
+                            raise NotHot  # (at `deadline`: the slow path's wait says so)
+                        for fd, _ in ready:
+                            worker = by_fd[fd]
+                            self._read(sent, worker, lanes[worker].transport)
+                    done = [item for item in sent if item.code != NOTHING]
+                    answered = [ticket for ticket, _ in tickets if ticket.outcome is not None]
+                    env_ids, parts, old_api = self._parts(done, answered)
+                except NotHot:  # (what was read goes to tickets before a Ctrl-C can land)
+                    state.make_tickets()
+                    raise
+                put = state.take(answered) if answered else []
+                state.take_sent(done)
+                taken = True
+                DEFERRED.undo_on_interrupt(_put_back, state, put, done)
+                return finish(self._store.rows_of(env_ids, parts, old_api))
+        except KeyboardInterrupt:  # (one that landed as the guard let go: undone here)
+            if taken:  # (done already, as a rule: then nothing)
+                _put_back(state, put, done)
+            raise
 
     @staticmethod
     def _read(sent: list[LaneSend], worker: int, transport: Any) -> None:
@@ -201,12 +216,13 @@ class FirstReadyLanes:
         elif code != NOTHING:  # (NOTHING: part of a message)
             item.code = code
 
-    def _hand_out(
-        self, sent: list[LaneSend], tickets: list[Ticket], finish: Callable[[Batch], T]
-    ) -> T:
-        """Take these out of flight and `finish` their batch, all or nothing (as `hand_out`).
+    def _parts(
+        self, sent: list[LaneSend], tickets: list[Ticket]
+    ) -> tuple[np.ndarray, list[tuple[int, Any]], bool]:
+        """The envs, infos and API of the batch of these answers (`BatchStore.rows_of`'s).
 
-        `NotHot` (nothing taken) if a ticket's reply is not in place.
+        ``(env ids ascending, (first env of its worker, infos) per answer, whether an env
+        spoke old gym's API)``. `NotHot` if a ticket's reply is not in place.
         """
         parts: list[tuple[int, Any]] = []
         old_api, ids = False, []
@@ -226,18 +242,7 @@ class FirstReadyLanes:
             env_ids = np.arange(ids[0].start, ids[0].stop, dtype=np.int64)
         else:
             env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
-        state, taken, put = self._state, False, []
-        try:
-            with DEFERRED:  # (a Ctrl-C meanwhile: taken back before it is raised as it ends)
-                put = state.take(tickets) if tickets else []
-                state.take_sent(sent)
-                taken = True
-                DEFERRED.undo_on_interrupt(_put_back, state, put, sent)
-                return finish(self._store.rows_of(env_ids, parts, old_api))
-        except KeyboardInterrupt:
-            if taken:  # (done already, as a rule: then nothing)
-                _put_back(state, put, sent)
-            raise
+        return env_ids, parts, old_api
 
 
 def _put_back(state: CallState, put: list[tuple[Ticket, str]], sent: list[LaneSend]) -> None:
