@@ -18,9 +18,11 @@ turns every 20 steps (so the machine's drift falls on all alike):
   its bookkeeping could cost, beside the bare-Python probe's own design (`against_probe`).
 
 The bare loop keeps the transports' sequence numbers in step, so the library's calls go on
-working between turns. It also counts the Python bytecodes the face and the engine run per step
-(a tracer on a separate run of steps: counting slows them down, so it is not timed); with
-``--functions N`` it lists the N functions that run the most of the face's.
+working between turns. The table splits off the part of each way's CPU spent in the kernel
+(``getrusage`` of the thread: its system calls, and being put to sleep and woken in ``poll``),
+which Python code cannot shorten. It also counts the Python bytecodes the face and the engine
+run per step (a tracer on a separate run of steps: counting slows them down, so it is not
+timed); with ``--functions N`` it lists the N functions that run the most of the face's.
 
 ``--first-ready`` counts instead the bytecodes of the face's first-ready round trip: a
 ``recv(batch_size=k)`` and the ``send`` of new actions to the envs it handed back, as an
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import resource
 import select
 import sys
 import time
@@ -69,17 +72,24 @@ def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
         for loop in loops.values():
             loop(100, 0)  # (warm)
         cpu = dict.fromkeys(loops, 0.0)
+        kernel = dict.fromkeys(loops, 0.0)
         wall = dict.fromkeys(loops, 0.0)
         for turn in range(rounds):
             names = list(loops) if turn % 2 else list(loops)[::-1]
             for name in names:
-                start_cpu, start = time.thread_time(), time.perf_counter()
+                start_cpu, start_kernel = time.thread_time(), _kernel_time()
+                start = time.perf_counter()
                 loops[name](_TURN, turn * _TURN)
                 cpu[name] += time.thread_time() - start_cpu
+                kernel[name] += _kernel_time() - start_kernel
                 wall[name] += time.perf_counter() - start
         steps = rounds * _TURN
         out: dict[str, Any] = {
-            name: {"cpu_us": cpu[name] / steps * 1e6, "rate": 2 * k * steps / wall[name]}
+            name: {
+                "cpu_us": cpu[name] / steps * 1e6,
+                "kernel_us": kernel[name] / steps * 1e6,
+                "rate": 2 * k * steps / wall[name],
+            }
             for name in loops
         }
         counted = {name: _bytecodes(loop) for name, loop in loops.items()}
@@ -88,6 +98,11 @@ def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
         return out
     finally:
         env.close()
+
+
+def _kernel_time() -> float:
+    """Seconds this thread has spent in the kernel (its system calls, and the wake-ups)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_stime
 
 
 def _loop(step: Any, actions: list[Any]) -> Any:
@@ -266,16 +281,17 @@ def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
     """The result as markdown rows."""
     bare = result["bare"]
     lines = [
-        f"| {env_id}, 2 workers x {k}, lockstep | driver CPU per step (µs) | env steps/s "
-        "| bytecodes per step |",
-        "|---|---:|---:|---:|",
+        f"| {env_id}, 2 workers x {k}, lockstep | driver CPU per step (µs) | of it in the kernel "
+        "| env steps/s | bytecodes per step |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name in ("face", "engine", "bare"):
         row = result[name]
         ops = result["bytecodes"].get(name)
         lines.append(
             f"| {name} | {row['cpu_us']:.0f} ({row['cpu_us'] / bare['cpu_us']:.2f}x bare) "
-            f"| {row['rate']:,.0f} | {'' if ops is None else f'{ops:,.0f}'} |"
+            f"| {row['kernel_us']:.0f} | {row['rate']:,.0f} "
+            f"| {'' if ops is None else f'{ops:,.0f}'} |"
         )
     return lines
 
