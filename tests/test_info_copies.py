@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env._engine.info_copies import copy_infos, plan_copies
-from ray_multiprocess_env._protocol.infos import InfoColumn, columns_of
+from ray_multiprocess_env._protocol.info_merge import columns_of
+from ray_multiprocess_env._protocol.infos import InfoColumn
 
 
 def _column(path: tuple[str, ...], dtype: Any, seed: int) -> InfoColumn:

@@ -15,12 +15,8 @@ import numpy as np
 import pytest
 from gymnasium.vector import VectorEnv
 
-from ray_multiprocess_env._protocol.infos import (
-    InfoBatcher,
-    InfoColumn,
-    learnable,
-    merge_infos,
-)
+from ray_multiprocess_env._protocol.info_merge import merge_infos
+from ray_multiprocess_env._protocol.infos import InfoBatcher, InfoColumn, learnable
 
 
 class _Adder(VectorEnv):

@@ -20,7 +20,8 @@ from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._engine.info_copies import copy_infos, plan_copies
 from ray_multiprocess_env._engine.records import Batch
-from ray_multiprocess_env._protocol.infos import InfoColumn, columns_of, learnable, merge_infos
+from ray_multiprocess_env._protocol.info_merge import columns_of, merge_infos
+from ray_multiprocess_env._protocol.infos import InfoColumn, learnable
 from ray_multiprocess_env._protocol.shared_layout import (
     ColumnBlock,
     SharedBatch,
