@@ -1,8 +1,10 @@
-"""Write one benchmark's section of docs/benchmarks.md, leaving the other sections as they are."""
+"""Write one benchmark's section of docs/benchmarks.md, with the machine's facts and a plot."""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 TITLE = "# Benchmarks\n"
 
@@ -19,3 +21,61 @@ def write_section(path: Path, name: str, markdown: str) -> None:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (/proc/stat: user ... steal), or [] off Linux."""
+    try:
+        return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return []
+
+
+def stolen(before: list[int], after: list[int]) -> str:
+    """The share of CPU time the hypervisor gave to others (steal) between two readings."""
+    if len(before) < 8 or len(after) < 8:
+        return "unknown"
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    return f"{100 * delta[7] / max(1, sum(delta)):.1f}%"
+
+
+def package_version(package: str) -> str:
+    """`package`'s installed version, or "not installed"."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def plot_rates(rows: list[Any], path: Path, limit: str) -> None:
+    """Env steps/s against the number of envs, a panel per env, saved to `path` (a PNG).
+
+    `rows` have ``env``, ``implementation``, ``num_envs`` and ``steps_per_second``; the rows of
+    the raw single-env loop and of `limit` (the machine's limit) are drawn as lines across.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = sorted({r.env for r in rows}, reverse=True)
+    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4.5), squeeze=False)
+    for ax, env in zip(axes[0], envs, strict=True):
+        env_rows = [r for r in rows if r.env == env]
+        kinds = {r.implementation.split(", ")[0] for r in env_rows}
+        for kind in sorted(kinds):
+            pts = sorted(
+                (r.num_envs, r.steps_per_second)
+                for r in env_rows
+                if r.implementation.split(", ")[0] == kind
+            )
+            if kind in ("raw single-env loop", limit):
+                style = "--" if kind == limit else ":"
+                ax.axhline(pts[0][1], color="grey", linestyle=style, label=kind)
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kind)
+        ax.set(xscale="log", yscale="log", xlabel="envs", ylabel="env steps/s", title=env)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)

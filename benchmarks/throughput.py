@@ -27,7 +27,6 @@ import platform
 import sys
 import time
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ import ray
 
 from benchmarks import loops, peers
 from benchmarks.envs import CpuBoundEnv, FramesEnv, calibrate, halfcheetah, pong
-from benchmarks.report import write_section
+from benchmarks.report import cpu_times, package_version, plot_rates, stolen, write_section
 from benchmarks.targets import (
     ASYNC,
     LIMIT,
@@ -243,29 +242,6 @@ def tianshou(workers: int, seconds: float, log: Callable[[str], None]) -> tuple[
     return rows, envs
 
 
-def _cpu_times() -> list[int]:
-    """The machine's CPU time counters (/proc/stat: user ... steal), or [] off Linux."""
-    try:
-        return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    except OSError:
-        return []
-
-
-def _steal(before: list[int], after: list[int]) -> str:
-    """The share of CPU time the hypervisor gave to others (steal) between two readings."""
-    if len(before) < 8 or len(after) < 8:
-        return "unknown"
-    delta = [b - a for a, b in zip(before, after, strict=True)]
-    return f"{100 * delta[7] / max(1, sum(delta)):.1f}%"
-
-
-def _version(package: str) -> str:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def _markdown(
     suite: str,
     rows: list[Row],
@@ -282,7 +258,7 @@ def _markdown(
         packages += ["mujoco", "tianshou"]
     if suite == "policy":
         packages += ["mujoco", "ale-py", "envpool"]
-    versions = ", ".join(f"{p} {_version(p)}" for p in packages)
+    versions = ", ".join(f"{p} {package_version(p)}" for p in packages)
     cpu = next(
         (
             line.split(":", 1)[1].strip()
@@ -341,35 +317,6 @@ def _markdown(
     return "\n".join(out)
 
 
-def _plot(rows: list[Row], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    envs = sorted({r.env for r in rows}, reverse=True)
-    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4.5), squeeze=False)
-    for ax, env in zip(axes[0], envs, strict=True):
-        env_rows = [r for r in rows if r.env == env]
-        kinds = {r.implementation.split(", ")[0] for r in env_rows}
-        for kind in sorted(kinds):
-            pts = sorted(
-                (r.num_envs, r.steps_per_second)
-                for r in env_rows
-                if r.implementation.split(", ")[0] == kind
-            )
-            if kind in ("raw single-env loop", LIMIT):
-                style = "--" if kind == LIMIT else ":"
-                ax.axhline(pts[0][1], color="grey", linestyle=style, label=kind)
-                continue
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=kind)
-        ax.set(xscale="log", yscale="log", xlabel="envs", ylabel="env steps/s", title=env)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -385,11 +332,11 @@ def main() -> None:
     workers = args.workers or (2 if cores <= 2 else cores - 1)
     log = functools.partial(print, file=sys.stderr, flush=True)
     ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
-    before = _cpu_times()
+    before = cpu_times()
     measure = {"real": real, "tianshou": tianshou, "policy": policy}.get(args.suite, synthetic)
     rows, envs = measure(workers, args.seconds, log)
     ray.shutdown()
-    steal = _steal(before, _cpu_times())
+    steal = stolen(before, cpu_times())
     out = Path(args.out)
     command = (
         "python -m benchmarks.throughput"
@@ -403,7 +350,7 @@ def main() -> None:
     write_section(out, section, markdown)
     print(markdown)
     if peers.importable("matplotlib") and cores <= 2 and args.suite == "synthetic":
-        _plot(rows, out.with_suffix(".png"))
+        plot_rates(rows, out.with_suffix(".png"), LIMIT)
         markdown += "\n\n![env steps/s against the number of envs](benchmarks.png)\n"
         write_section(out, section, markdown)
     log(f"wrote {out}")
