@@ -152,8 +152,9 @@ class FirstReadyLanes:
         try:
             # Waited for and handed out in one block. A Ctrl-C held back, or coming while it
             # waits, comes through in `poll` with nothing taken out of flight; one after the
-            # last `poll` is raised at the block's end, after `finish`, and the results taken
-            # out go back in flight first (`_put_back`, registered to run then).
+            # last `poll` is raised at the block's end (after `finish`, unless the slow path
+            # takes over), and the results taken out go back in flight first (`_put_back`,
+            # registered to run then).
             with DEFERRED:
                 try:
                     while True:
