@@ -138,6 +138,8 @@ class CallState:
         for item in self.sent:
             if item.worker == worker:
                 return True
+        if not self._in_flight:  # (the lanes' usual: no generator per lane of each `send`)
+            return False
         return any(ticket.worker == worker for ticket, _ in self._in_flight)
 
     def make_tickets(self) -> None:

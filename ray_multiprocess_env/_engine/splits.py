@@ -49,7 +49,10 @@ def whole_worker_runs(
     `env_lists`: each worker's envs; `owner`: each env's worker. None if `env_ids` are not
     such envs (what `recv` hands back is).
     """
-    ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
+    if type(env_ids) is list:  # (as the faces' checks leave them: only read here)
+        ids = env_ids
+    else:
+        ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
     if ids:  # (one worker's envs: what a `recv` usually hands back)
         worker = owner[ids[0]]
         if ids == env_lists[worker]:
