@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from benchmarks.envs import action_samples, raw_loop_count
+from benchmarks.report import cpu_times
 from ray_multiprocess_env import GymAPIBridge, RayVectorEnv
 from ray_multiprocess_env.bench import measure_steps_per_second
 
@@ -194,12 +195,10 @@ def settle(most_seconds: float = 30.0) -> None:
 
 def _busy_and_total() -> tuple[int, int] | None:
     """The machine's busy and total CPU time counters (/proc/stat), or None off Linux."""
-    try:
-        with open("/proc/stat") as stat:
-            fields = [int(x) for x in stat.readline().split()[1:]]
-    except (OSError, ValueError):
+    fields = cpu_times()
+    if len(fields) < 5:
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    idle = fields[3] + fields[4]  # idle + iowait
     return sum(fields) - idle, sum(fields)
 
 
