@@ -32,6 +32,7 @@ from ray_multiprocess_env import (
     make_remote_class,
     started_runtime,
 )
+from ray_multiprocess_env._engine.worker_spin import spin_by_node
 
 NUM_ENVS = 8
 ENVS_PER_WORKER = 2
@@ -238,6 +239,8 @@ def main() -> None:
         node_b = node.node_id
         summary = {
             "nodes": {"head": head, "node_b": node_b},
+            # by the second node's 2 CPUs, as Ray counts them: 2 workers poll, 3 do not
+            "worker_spin": [spin_by_node(None, [node_b] * n, 0)[node_b] for n in (2, 3)],
             "placement": check_placement(head, node_b),
             "node_loss": check_node_loss(cluster, node, head, node_b),
         }

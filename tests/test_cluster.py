@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ray_multiprocess_env._engine.worker_spin import DEFAULT_SPIN_US
+
 pytestmark = pytest.mark.slow
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "multinode_check.py"
@@ -19,7 +21,8 @@ def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):
     """Envs spread over two nodes step like in-process envs; a lost node's envs restart.
 
     The script joins the cluster through RAY_ADDRESS (the library starts nothing local), checks
-    SPREAD / STRICT_SPREAD / custom-resource placement by each env's node id, steps 8 envs
+    SPREAD / STRICT_SPREAD / custom-resource placement by each env's node id, how long the
+    second node's workers would poll by its CPUs (`worker_spin`), steps 8 envs
     against `SyncVectorEnv` (the second node's workers over the TCP stream), removes the second
     node mid-run (`on_actor_failure="restart"`: its envs come back on the head node, on shared
     memory, the others' episodes match the reference step for step),
@@ -39,6 +42,7 @@ def test_two_node_cluster_placement_node_loss_and_runtime_env(tmp_path):
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     head, node_b = summary["nodes"]["head"], summary["nodes"]["node_b"]
     assert set(summary["placement"]["spread"]) == {head, node_b}
+    assert summary["worker_spin"] == [DEFAULT_SPIN_US, 0]  # by the second node's 2 CPUs
     loss = summary["node_loss"]
     assert loss["lost"]
     assert loss["kept"]

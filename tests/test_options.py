@@ -67,9 +67,13 @@ _GIVEN: WorkerOptions = {
 
 
 def test_the_declared_options_are_the_engines_and_the_factories():
-    """`WorkerOptions` are the engine's `Options` but the two each face sets itself."""
+    """`WorkerOptions` are the engine's `Options` but the two each face sets itself.
+
+    And `worker_spin`, which comes from the environment only (`worker_spin.check_spin`).
+    """
     engine_fields = {field.name for field in dataclasses.fields(Options)}
-    assert set(_GIVEN) == WORKER_KEYS == engine_fields - {"autoreset_mode", "check_actions"}
+    own = {"autoreset_mode", "check_actions", "worker_spin"}
+    assert set(_GIVEN) == WORKER_KEYS == engine_fields - own
     factory_arguments = set(inspect.signature(env_factories).parameters) - {"env", "num_envs"}
     assert factory_arguments - {"cpus"} == MAKE_KEYS - WORKER_KEYS
 

@@ -35,7 +35,14 @@ from typing import Any, NamedTuple
 
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 
-__all__ = ["TORCH_THREADS_VARIABLE", "add_workers", "fit_torch", "remove_workers"]
+__all__ = [
+    "TORCH_THREADS_VARIABLE",
+    "add_workers",
+    "fit_torch",
+    "remove_workers",
+    "usable_cores",
+    "workers_counted",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +106,11 @@ def remove_workers(count: int) -> None:
     _settle()
 
 
+def workers_counted() -> int:
+    """The worker processes of the open vector envs on the driver's node."""
+    return _book.workers
+
+
 def fit_torch() -> None:
     """Lower torch's intra-op threads to the cores the workers leave (module docstring)."""
     if _fit_allowed():
@@ -107,7 +119,7 @@ def fit_torch() -> None:
 
 def threads_left(workers: int) -> int:
     """The cores left to the driver beside `workers` busy worker processes (one at least)."""
-    return max(1, _usable_cores() - workers)
+    return max(1, usable_cores() - workers)
 
 
 def _settle(fit: bool = False) -> None:
@@ -174,7 +186,7 @@ def _fit(notes: list[tuple[Any, ...]]) -> None:
     torch.set_num_threads(room)
     level = logging.INFO if book.warned else logging.WARNING
     notes.append(
-        (level, _FIT_NOTE, threads, room, book.workers, _usable_cores(), TORCH_THREADS_VARIABLE)
+        (level, _FIT_NOTE, threads, room, book.workers, usable_cores(), TORCH_THREADS_VARIABLE)
     )
 
 
@@ -185,7 +197,7 @@ def _fit_allowed() -> bool:
     return _policy() == "auto" and not os.environ.get("OMP_NUM_THREADS")
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1  # pragma: no cover - macOS and Windows

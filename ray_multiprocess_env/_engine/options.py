@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
+from ray_multiprocess_env._engine.worker_spin import check_spin
 from ray_multiprocess_env.compat import as_autoreset_mode
 from ray_multiprocess_env.options import WORKER_KEYS, check_names
 
@@ -75,6 +76,8 @@ class Options:
             worker and its episode reported as truncated).
         max_restarts: How many times each worker may be restarted and each env rebuilt
             (None: no limit); one more is an error.
+        worker_spin: Microseconds a worker polls for its next message before it sleeps, or
+            None: by the cores of its node (`worker_spin.check_spin`).
     """
 
     timeout: float | None = None
@@ -88,6 +91,7 @@ class Options:
     placement: Any = None
     on_env_error: str = "raise"
     max_restarts: int | None = DEFAULT_MAX_RESTARTS
+    worker_spin: int | None = None
 
     @classmethod
     def make(
@@ -144,6 +148,7 @@ class Options:
             placement=placement,
             on_env_error=on_env_error,
             max_restarts=None if max_restarts is None else int(max_restarts),
+            worker_spin=check_spin(),
         )
 
     def worker_args(self, info_layout: str, autoreset: bool = True) -> dict[str, Any]:

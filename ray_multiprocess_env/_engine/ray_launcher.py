@@ -20,6 +20,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayError
 
+from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.options import Options, check_env_fns, check_worker_options
 from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker, worker_layout
 from ray_multiprocess_env._engine.transports.base import remaining
@@ -31,6 +32,7 @@ from ray_multiprocess_env._engine.transports.tcp import (
     TcpTransport,
     ports_from_environment,
 )
+from ray_multiprocess_env._engine.worker_spin import spin_by_node
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError
@@ -63,6 +65,8 @@ class RayLauncher:
         self.options, self.plan = options, plan
         self._worker_args = dict(worker_args or {})
         self._serving: dict[int, Any] = {}  # the `serve` call of each worker on pipes
+        self._nodes: dict[int, str | None] = {}  # each opened worker's node, by index
+        self._others_here = 0  # other vector envs' workers on the driver's node, at the start
 
     def create(
         self, index: int, env_fns: Sequence[Callable[[], Any]], envs: range, seeds: Any
@@ -174,17 +178,19 @@ class RayLauncher:
         here = ray.get_runtime_context().get_node_id()
         grace = min(self.options.bound, 10.0)
         ports = ports_from_environment() if transport in ("auto", "tcp") else None
+        spins = self._spins(workers)
         for worker in workers:
             span = (worker.envs.start, worker.envs.stop)
+            spin = spins.get(worker.node_id or "", 0)
             if transport == "tcp" or (transport == "auto" and worker.node_id != here):
-                self._open_tcp(worker, shared, span, columns, deadline, ports, strict)
+                self._open_tcp(worker, shared, span, columns, deadline, ports, strict, spin)
                 continue
             if worker.node_id != here:
                 continue  # (``"pipe"``: Ray calls off the driver's node)
             if shared is not None and shared.spec is not None and transport == "auto":
                 try:
                     memory = SharedMemoryTransport(
-                        worker.actor, deadline, grace, shared, span, columns
+                        worker.actor, deadline, grace, shared, span, columns, spin
                     )
                     worker.transport, self._serving[worker.index] = memory, memory.serve_ref
                     continue
@@ -194,7 +200,7 @@ class RayLauncher:
                     logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), str(err))
                     self._stop_serving(worker)
             try:
-                pipe = PipeTransport(worker.actor, deadline, grace)
+                pipe = PipeTransport(worker.actor, deadline, grace, spin)
                 worker.transport, self._serving[worker.index] = pipe, pipe.serve_ref
             except (OSError, RuntimeError, TimeoutError, RayError) as err:
                 if strict and isinstance(err, TimeoutError):
@@ -210,11 +216,12 @@ class RayLauncher:
         deadline: float | None,
         ports: tuple[int, int] | None,
         strict: bool,
+        spin: int,
     ) -> None:
         """A TCP stream to `worker`; if it cannot be made, Ray calls and one warning why."""
         grace = min(self.options.bound, 10.0)
         try:
-            stream = TcpTransport(worker.actor, deadline, grace, batch, span, columns, ports)
+            stream = TcpTransport(worker.actor, deadline, grace, batch, span, columns, ports, spin)
         except (OSError, RuntimeError, TimeoutError, RayError) as err:
             if strict and isinstance(err, TimeoutError):
                 raise
@@ -231,6 +238,17 @@ class RayLauncher:
             )
             return  # (Ray calls wait behind the worker's `serve_stream` until it gives up)
         worker.transport, self._serving[worker.index] = stream, stream.serve_ref
+
+    def _spins(self, workers: Sequence[Worker]) -> dict[str, int]:
+        """How long the workers on each node poll for their next message (`worker_spin`).
+
+        Counted over every worker opened so far (a restarted one where it now runs), and on the
+        driver's node the other vector envs' workers open when the first were opened.
+        """
+        if not self._nodes:
+            self._others_here = driver_threads.workers_counted()
+        self._nodes.update((worker.index, worker.node_id) for worker in workers)
+        return spin_by_node(self.options.worker_spin, self._nodes.values(), self._others_here)
 
     def _stop_serving(self, worker: Worker) -> None:
         """After a transport that failed half-way: the worker's `serve` ends, Ray calls work."""

@@ -121,14 +121,15 @@ class EnvWorker:
         method: Callable[..., Any] = getattr(self, f"_op_{op}")
         return method(*_writable(args))
 
-    def serve(self, go: str, done: str) -> None:
+    def serve(self, go: str, done: str, spin_us: int = 0) -> None:
         """Serve operations from the named pipe `go`, replies to `done`, until the driver leaves.
 
         Holds the main thread, so the envs stay on the thread that built them; every
         operation must then come over the pipe (Ray calls would wait behind this one).
+        `spin_us`: how long to poll for the next message before sleeping (`pipes.serve_fds`).
         """
         try:
-            pipes.serve(_plain_handle(self), self.env_indices, go, done)
+            pipes.serve(_plain_handle(self), self.env_indices, go, done, spin_us)
         finally:
             self._unshare()  # Ray calls answer with arrays again
 
@@ -146,10 +147,11 @@ class EnvWorker:
         self._acceptor = stream.Acceptor(listener, secret, accept_s)
         return host, int(listener.getsockname()[1])
 
-    def serve_stream(self) -> None:
+    def serve_stream(self, spin_us: int = 0) -> None:
         """Serve the driver `listen` let in, on the thread that built the envs, until it leaves.
 
         Every operation must then come over the stream (Ray calls would wait behind this one).
+        `spin_us`: how long to poll for the next message before sleeping (`pipes.serve_fds`).
         """
         acceptor, self._acceptor = self._acceptor, None
         sock = None if acceptor is None else acceptor.driver(stream.HANDSHAKE_S)
@@ -159,7 +161,7 @@ class EnvWorker:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             stream.keep_alive(sock)
             fd = sock.fileno()
-            pipes.serve_fds(fd, fd, self._stream_respond())
+            pipes.serve_fds(fd, fd, self._stream_respond(), spin_us)
         finally:
             sock.close()
             self._unshare()

@@ -4,8 +4,9 @@ A Ray actor call costs the driver about 0.4 ms and the worker about 0.6 ms of CP
 docs/performance.md), more than 64 CartPole steps. For a worker on the driver's node the driver
 writes each operation to the worker's "go" pipe; the worker's `EnvWorker.serve`, which holds the
 actor's main thread (the env thread), runs it and writes the reply to the "done" pipe (both ends
-of that protocol are in `_protocol/pipes.py`). Both sides block in the kernel (``poll``, no
-spinning), so a slow env leaves the cores to the others. Replies to tickets given up on (an
+of that protocol are in `_protocol/pipes.py`). Both sides block in the kernel (``poll``), so a
+slow env leaves the cores to the others; a worker with a core of its own polls for its next
+message a while first (`worker_spin`). Replies to tickets given up on (an
 interrupted or timed-out call) are dropped by sequence number.
 
 The pipes are made in a private directory (mode 0700, in ``/dev/shm`` where it exists) and
@@ -113,8 +114,8 @@ class PipeTransport:
     waiter = _WAITER
     hot = False
 
-    def __init__(self, actor: Any, deadline: float | None, grace: float) -> None:
-        self._go, self._done, self.serve_ref = self._connect(actor, deadline)
+    def __init__(self, actor: Any, deadline: float | None, grace: float, spin_us: int = 0) -> None:
+        self._go, self._done, self.serve_ref = self._connect(actor, deadline, spin_us)
         self._grace = grace
         self._seq = 0
         self._answered = 0  # the sequence number of the last reply read
@@ -126,8 +127,12 @@ class PipeTransport:
         # messages read (and whether the pipe ended) that wait for `settle`
         self._unsettled: tuple[list[tuple[int, bytes]], bool] | None = None
 
-    def _connect(self, actor: Any, deadline: float | None) -> tuple[int, int, Any]:
-        """Start the worker's `serve` over new pipes: their "go" and "done" ends, and the call."""
+    def _connect(self, actor: Any, deadline: float | None, spin_us: int) -> tuple[int, int, Any]:
+        """Start the worker's `serve` over new pipes: their "go" and "done" ends, and the call.
+
+        `spin_us`: how long the worker polls for its next message before it sleeps
+        (`worker_spin`).
+        """
         _remove_orphans()
         directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=_pipe_dir())
         go, done = os.path.join(directory, "go"), os.path.join(directory, "done")
@@ -136,7 +141,7 @@ class PipeTransport:
             os.mkfifo(done, 0o600)
             done_fd = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
             try:
-                serve_ref = actor.serve.remote(go, done)
+                serve_ref = actor.serve.remote(go, done, spin_us)
                 go_fd = self._open_writer(go, serve_ref, deadline)
             except BaseException:
                 _release(go)  # a `serve` waiting to open `go` returns, so Ray calls work again

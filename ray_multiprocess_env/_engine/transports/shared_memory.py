@@ -54,8 +54,9 @@ class SharedMemoryTransport(PipeTransport):
         batch: SharedBatch,
         span: tuple[int, int],
         columns: Sequence[dict[str, Any]] = (),
+        spin_us: int = 0,
     ) -> None:
-        super().__init__(actor, deadline, grace)
+        super().__init__(actor, deadline, grace, spin_us)
         share = Ticket(-1, -1, "share", (batch.spec, *span), tuple(range(*span)))
         self._use_rows(batch, span, share, deadline)
         if columns:

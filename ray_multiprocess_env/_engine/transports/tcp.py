@@ -94,6 +94,7 @@ class TcpTransport(SharedMemoryTransport):
         span: The worker's rows of it.
         columns: The info columns made so far (`ColumnBlock` specs).
         ports: The range the worker listens in (None: a port the kernel picks).
+        spin_us: How long the worker polls for its next message before it sleeps.
 
     Raises:
         Unreachable: If the worker's port cannot be reached (a firewall) within 10 s, or the
@@ -113,11 +114,12 @@ class TcpTransport(SharedMemoryTransport):
         span: tuple[int, int],
         columns: Sequence[dict[str, Any]] = (),
         ports: tuple[int, int] | None = None,
+        spin_us: int = 0,
     ) -> None:
         self._ports, self._span = ports, span
         self._targets: list[RowTarget] = []  # what the rows after a reply fill, in order
         self._blocks: list[ColumnBlock] = []  # the driver's info columns, mapped once more
-        PipeTransport.__init__(self, actor, deadline, grace)
+        PipeTransport.__init__(self, actor, deadline, grace, spin_us)
         try:
             if batch is None:
                 self._views, self._leaf, self._actions_shared = None, None, False  # type: ignore[assignment]
@@ -134,7 +136,7 @@ class TcpTransport(SharedMemoryTransport):
             self.close()
             raise
 
-    def _connect(self, actor: Any, deadline: float | None) -> tuple[int, int, Any]:
+    def _connect(self, actor: Any, deadline: float | None, spin_us: int) -> tuple[int, int, Any]:
         """Have the worker listen, connect, and prove to each other who we are.
 
         Raises:
@@ -164,7 +166,7 @@ class TcpTransport(SharedMemoryTransport):
         except BaseException:
             sock.close()
             raise
-        serve_ref = actor.serve_stream.remote()  # (the worker's acceptor let us in already)
+        serve_ref = actor.serve_stream.remote(spin_us)  # (the worker's acceptor let us in already)
         fd = sock.detach()  # (closed as the pipes' ends are)
         return fd, fd, serve_ref
 
