@@ -4,7 +4,7 @@
 `spin_us` per node (`worker_spin`): ``auto`` by the node's cores and workers, or the
 ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` environment variable for every worker. Whether a process
 spins is read from the kernel: its main thread's CPU time (``/proc/.../schedstat``, in ns) and
-its state (``S``: asleep in ``read``), never from a timer in the test.
+whether it sleeps in a system call other than a futex (the GIL), never from a timer in the test.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from ray_multiprocess_env._engine.worker_spin import (
 from ray_multiprocess_env._protocol.pipes import HEADER
 from tests.helpers import assert_killed, worker_pids
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(f"/proc/{os.getpid()}/schedstat"), reason="needs Linux's schedstat"
+needs_proc = pytest.mark.skipif(
+    not os.path.exists(f"/proc/{os.getpid()}/schedstat"), reason="reads Linux's /proc"
 )
 
 LONG_SPIN_US = 100_000  # long enough to see in a process's CPU time
@@ -64,7 +64,7 @@ def test_the_variable_reads_auto_or_microseconds(monkeypatch, value, setting):
     assert check_spin() == setting
 
 
-@pytest.mark.parametrize("value", ["fast", "-1", "1.5", str(MAX_SPIN_US + 1)])
+@pytest.mark.parametrize("value", [" Fast", "-1", "1.5", str(MAX_SPIN_US + 1)])
 def test_a_bad_variable_is_a_value_error_naming_it_the_value_and_the_fix(monkeypatch, value):
     monkeypatch.setenv(SPIN_VARIABLE, value)
     with pytest.raises(ValueError, match=SPIN_VARIABLE) as caught:
@@ -81,9 +81,16 @@ def test_auto_spins_only_where_each_worker_has_a_core():
     assert auto_spins(workers, cores) == {"a": DEFAULT_SPIN_US, "b": 0, "c": 0}
 
 
+def _cores_here() -> int:
+    """The cores `auto` counts on the driver's node: the fewer of this process's and Ray's."""
+    here = ray.get_runtime_context().get_node_id()
+    ray_cpus = next(n["Resources"]["CPU"] for n in ray.nodes() if n["NodeID"] == here)
+    return min(usable_cores(), int(ray_cpus))
+
+
 def test_spin_by_node_counts_the_driver_nodes_other_workers():
     here = ray.get_runtime_context().get_node_id()
-    cores = usable_cores()
+    cores = _cores_here()
     assert spin_by_node(None, [here] * cores, 0) == {here: DEFAULT_SPIN_US}
     assert spin_by_node(None, [here] * cores, 1) == {here: 0}  # another vector env's worker
     assert spin_by_node(None, [here] * (cores + 1), 0) == {here: 0}
@@ -105,9 +112,12 @@ def _cpu_ns(pid: int) -> int:
         return int(stat.read().split()[0])
 
 
-def _state(pid: int) -> str:
+def _asleep(pid: int) -> bool:
+    """Whether `pid`'s main thread sleeps, and not on a futex (waiting for the GIL)."""
     with open(f"/proc/{pid}/task/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0]
+        state = stat.read().rsplit(")", 1)[1].split()[0]
+    with open(f"/proc/{pid}/task/{pid}/wchan") as wchan:
+        return state == "S" and "futex" not in wchan.read()
 
 
 def _cpu_until_asleep(*pids: int) -> list[int]:
@@ -115,7 +125,7 @@ def _cpu_until_asleep(*pids: int) -> list[int]:
     start = [_cpu_ns(pid) for pid in pids]
     deadline = time.monotonic() + 10
     for pid in pids:
-        while _state(pid) != "S":
+        while not _asleep(pid):
             assert time.monotonic() < deadline, f"process {pid} never went to sleep"
             os.sched_yield()
     return [_cpu_ns(pid) - before for pid, before in zip(pids, start, strict=True)]
@@ -132,6 +142,7 @@ def _round_trip(sock: socket.socket, seq: int, payload: bytes) -> None:
     assert got == want
 
 
+@needs_proc
 @pytest.mark.parametrize("spin_us", [0, LONG_SPIN_US])
 def test_serve_fds_polls_for_spin_us_then_sleeps_and_answers_in_order(spin_us):
     """A worker's loop (echoing each message) in a process of its own, over a socket pair."""
@@ -155,6 +166,7 @@ def test_serve_fds_polls_for_spin_us_then_sleeps_and_answers_in_order(spin_us):
 
 
 # -- from the driver to each worker --------------------------------------------------------------
+@needs_proc
 @pytest.mark.parametrize("transport", ["auto", "pipe", "tcp"])
 @pytest.mark.parametrize("spin_us", [0, LONG_SPIN_US])
 def test_the_variable_reaches_every_worker(monkeypatch, transport, spin_us):
@@ -174,6 +186,7 @@ def test_the_variable_reaches_every_worker(monkeypatch, transport, spin_us):
             assert max(spent) < 20_000_000, spent
 
 
+@needs_proc
 def test_a_restarted_worker_polls_too(monkeypatch):
     """A worker restarted after a SIGKILL gets its node's setting again."""
     monkeypatch.setenv(SPIN_VARIABLE, str(LONG_SPIN_US))
@@ -190,3 +203,22 @@ def test_a_restarted_worker_polls_too(monkeypatch):
         _cpu_until_asleep(*pids)
         envs.step(envs.action_space.sample())
         assert min(_cpu_until_asleep(*pids)) >= LONG_SPIN_US * 1000 // 5
+
+
+def _spins(envs):
+    """How long each worker of `envs` was told to poll (private engine)."""
+    return [worker.transport.spin_us for worker in envs._engine._pool.workers]
+
+
+@pytest.mark.parametrize("transport", ["auto", "pipe", "tcp"])
+def test_auto_polls_while_the_driver_node_has_a_core_per_worker(monkeypatch, transport):
+    """Counted over the vector envs open on the driver's node, as each one starts."""
+    monkeypatch.delenv(SPIN_VARIABLE, raising=False)
+    cores = _cores_here()
+    make = functools.partial(GymnasiumVectorEnv, envs_per_worker=1, transport=transport)
+    with contextlib.closing(make([_cartpole] * cores)) as first:
+        assert _spins(first) == [DEFAULT_SPIN_US] * cores
+        with contextlib.closing(make([_cartpole])) as second:  # one worker more than cores
+            assert _spins(second) == [0]
+    with contextlib.closing(make([_cartpole])) as third:  # the others closed
+        assert _spins(third) == [DEFAULT_SPIN_US]

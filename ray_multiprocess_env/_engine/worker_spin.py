@@ -3,22 +3,26 @@
 A worker served over a pipe or the TCP stream blocks in ``read`` between messages; the kernel
 then has to wake it for each one, and a core left idle meanwhile runs the next env steps
 slower. When the driver sends the next message within a few tens of microseconds (lockstep with
-a core per worker), it pays to poll for it for a while first (`_protocol.pipes.serve_fds`):
-HalfCheetah-v5 2 x 8 on 2 cores steps about a tenth faster (docs/performance.md). With more
-workers than cores the polling takes the cores other workers need, and costs about 8%.
+a core per worker), it pays to poll for it for a while first (`_protocol.pipes.serve_fds`): on
+2 cores HalfCheetah-v5 2 x 8 and CartPole-v1 2 x 64 stepped 1.17x to 1.24x as fast in lockstep
+(`benchmarks/worker_spin.py`, docs/performance.md). With more workers than cores the polling
+takes the cores other workers need: 8 workers on 2 cores lost a fifth to a half.
 
 So by default (``auto``) a worker polls for `DEFAULT_SPIN_US` when its node has at least as
-many cores as workers of the vector env there, and not at all otherwise: on the driver's node
-the cores this process may use, and the workers of the vector envs open when this one starts
-count too; on other nodes, the CPUs Ray counts there. A vector env opened later does not stop an
-earlier one's workers from polling; each of their answers then costs at most `DEFAULT_SPIN_US`
-of a core. A restarted worker is counted where it now runs. The environment variable
+many cores as workers of the vector env there, and not at all otherwise. On the driver's node
+the cores are the fewer of those this process may run on and those Ray counts (a container's
+CPU limit), and the workers of the vector envs already open when this one starts count too; on
+other nodes, the CPUs Ray counts there. A vector env opened later, or a worker restarted onto
+the node, does not stop the workers already running from polling; each of their answers then
+costs at most `DEFAULT_SPIN_US` of a core. A restarted worker is counted where it now runs. The
+environment variable
 ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` (read where the driver runs, when a vector env is made)
 sets a number of microseconds for every worker instead, 0 for none.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -50,7 +54,8 @@ def check_spin() -> int | None:
     Raises:
         ValueError: If it is neither ``auto`` nor a whole number of microseconds in range.
     """
-    value = os.environ.get(SPIN_VARIABLE, "auto").strip().lower() or "auto"
+    given = os.environ.get(SPIN_VARIABLE, "auto")
+    value = given.strip().lower() or "auto"
     if value == "auto":
         return None
     try:
@@ -60,7 +65,7 @@ def check_spin() -> int | None:
     if not 0 <= spin <= MAX_SPIN_US:
         raise ValueError(
             f"the {SPIN_VARIABLE} environment variable must be 'auto' or a whole number of "
-            f"microseconds from 0 to {MAX_SPIN_US}, got {value!r}; e.g. {SPIN_VARIABLE}=0 to "
+            f"microseconds from 0 to {MAX_SPIN_US}, got {given!r}; e.g. {SPIN_VARIABLE}=0 to "
             "keep the workers from polling, or unset it."
         )
     return spin
@@ -77,8 +82,8 @@ def spin_by_node(setting: int | None, nodes: Iterable[str | None], here: int) ->
     driver_node = ray.get_runtime_context().get_node_id()
     if here:
         counts[driver_node] += here
-    cores = _cores_by_node() if any(node != driver_node for node in counts) else {}
-    cores[driver_node] = usable_cores()
+    cores = _cores_by_node()
+    cores[driver_node] = min(usable_cores(), cores.get(driver_node, math.inf))
     return auto_spins(counts, cores)
 
 

@@ -207,10 +207,11 @@ def serve_fds(
     """
     pending = b""  # what was read beyond the last whole message
     scratch = bytearray(1 << 16)  # (``os.read`` would allocate its size at every read)
-    spin_ns = spin_us * 1000
-    poller = select.poll()
-    poller.register(go_fd, select.POLLIN)
-    poll = poller.poll if spin_ns else None
+    spin_ns, poll = spin_us * 1000, None
+    if spin_ns:
+        poller = select.poll()
+        poller.register(go_fd, select.POLLIN)
+        poll = poller.poll
     try:
         while True:
             if poll is not None and not pending:

@@ -116,6 +116,7 @@ class PipeTransport:
 
     def __init__(self, actor: Any, deadline: float | None, grace: float, spin_us: int = 0) -> None:
         self._go, self._done, self.serve_ref = self._connect(actor, deadline, spin_us)
+        self.spin_us = spin_us  # how long the worker polls before it sleeps (`worker_spin`)
         self._grace = grace
         self._seq = 0
         self._answered = 0  # the sequence number of the last reply read
