@@ -198,6 +198,7 @@ def _fit_allowed() -> bool:
 
 
 def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1  # pragma: no cover - macOS and Windows

@@ -14,10 +14,10 @@ the cores are the fewer of those this process may run on and those Ray counts (a
 CPU limit), and the workers of the vector envs already open when this one starts count too; on
 other nodes, the CPUs Ray counts there. A vector env opened later, or a worker restarted onto
 the node, does not stop the workers already running from polling; each of their answers then
-costs at most `DEFAULT_SPIN_US` of a core. A restarted worker is counted where it now runs. The
-environment variable
-``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` (read where the driver runs, when a vector env is made)
-sets a number of microseconds for every worker instead, 0 for none.
+costs at most `DEFAULT_SPIN_US` of a core. A restarted worker is counted where it now runs.
+
+The environment variable ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` (read where the driver runs,
+when a vector env is made) sets a number of microseconds for every worker instead, 0 for none.
 """
 
 from __future__ import annotations
