@@ -47,7 +47,7 @@ import ray
 
 from benchmarks import driver_floor, driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
-from benchmarks.report import write_section
+from benchmarks.report import start_ray_settled, write_section
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env.bench_policies import make_policy
 
@@ -180,8 +180,7 @@ def main() -> None:
     probe = Path(args.probe) if Path(args.probe).exists() else None
     if probe is None:
         print(f"no probe at {args.probe}: its rows are left out")
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
+    start_ray_settled()
     rounds = [one_round(probe, args.seconds) for _ in range(args.rounds)]
     stages = driver_stages.measure(CHEETAH, 8)
     floor = driver_floor.measure("CartPole-v1", 8, rounds=100)

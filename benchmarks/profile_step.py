@@ -32,7 +32,7 @@ from gymnasium.vector import AutoresetMode
 
 from benchmarks import loops
 from benchmarks.envs import action_samples
-from benchmarks.report import write_section
+from benchmarks.report import start_ray_settled, write_section
 from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env._worker.env_worker import EnvWorker
 
@@ -110,8 +110,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--out", default=str(ROOT / "docs" / "performance.md"))
     args = parser.parse_args()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
+    start_ray_settled()
     rows = {
         name: {t: _profile(env_fn, k, t, args.seconds) for t in TRANSPORTS}
         for name, (env_fn, k) in WORKLOADS.items()

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import ray
+
 TITLE = "# Benchmarks\n"
+
+
+def start_ray_settled() -> None:
+    """Start a local Ray on every core, then wait for its start-up to settle.
+
+    Ray's idle worker processes go on importing for seconds after ``ray.init``; figures taken
+    meanwhile would share the cores with them.
+    """
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    time.sleep(10)
 
 
 def write_section(path: Path, name: str, markdown: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import ray
 
 from benchmarks.against_probe import CARTPOLE, CHEETAH, ROOT, ours_first_ready, ours_lockstep
-from benchmarks.report import write_section
+from benchmarks.report import start_ray_settled, write_section
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 from ray_multiprocess_env.bench_policies import make_policy
@@ -74,8 +74,7 @@ def main() -> None:
     spins = args.spins.split(",")
     if "0" not in spins:
         parser.error("--spins must include 0 (the ratios are against it)")
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    time.sleep(10)  # let Ray's start-up (idle worker processes importing) finish first
+    start_ray_settled()
     try:
         rounds = [one_round(spins, args.seconds) for _ in range(args.rounds)]
     finally:
