@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import psutil
 import ray
 
 from benchmarks import driver_floor, driver_stages, loops, worker_step
@@ -63,24 +64,29 @@ probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(probe)
 first_ready, seconds = sys.argv[2] == "first-ready", float(sys.argv[3])
 
-def cpu():
-    usage = resource.getrusage(resource.RUSAGE_THREAD)
+def cpu(who):
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 def run(s):
-    start = cpu()
+    start, workers = cpu(resource.RUSAGE_THREAD), cpu(resource.RUSAGE_CHILDREN)
     if first_ready:
         rate = probe.run_async("cheetah", 16, s, 2)
     else:
         rate = probe.run("cheetah", 16, s, "pipe")
-    return rate, cpu() - start
+    # (the workers count once joined, as the probe does at the end of its run)
+    return rate, cpu(resource.RUSAGE_THREAD) - start, cpu(resource.RUSAGE_CHILDREN) - workers
 
 per_call = 8 if first_ready else 16
 run(0.0)  # (first-time costs)
-short_rate, short_cpu = run(1.0)
-rate, spent = run(seconds + 1.0)
-calls = (rate * (seconds + 1.0) - short_rate * 1.0) / per_call  # (the set-up cancels out)
-print(json.dumps({"rate": rate, "driver_us": (spent - short_cpu) / calls * 1e6}))
+short_rate, short_cpu, short_workers = run(1.0)
+rate, spent, workers = run(seconds + 1.0)
+steps = rate * (seconds + 1.0) - short_rate * 1.0  # (the set-up cancels out)
+print(json.dumps({
+    "rate": rate,
+    "driver_us": (spent - short_cpu) / (steps / per_call) * 1e6,
+    "workers_us": (workers - short_workers) / steps * 1e6,
+}))
 """
 
 
@@ -109,36 +115,60 @@ def _thread_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _workers_of(envs: Any) -> list[psutil.Process]:
+    """The worker processes of a vector env of ours (none for gymnasium's own)."""
+    engine = getattr(envs, "_engine", None)
+    return [] if engine is None else [psutil.Process(pid) for pid in engine.run_on_workers("pid")]
+
+
+def _cpu_of(processes: list[psutil.Process]) -> float:
+    return sum(sum(p.cpu_times()[:2]) for p in processes)
+
+
+def _result(
+    steps: int, wall: float, calls: int, cpu: float, workers: list[psutil.Process], before: float
+) -> dict[str, float]:
+    """Env steps/s, the driver's CPU per call and (with workers) theirs per env step."""
+    out = {"rate": steps / wall, "driver_us": (_thread_cpu() - cpu) / calls * 1e6}
+    if workers:
+        out["workers_us"] = (_cpu_of(workers) - before) / steps * 1e6
+    return out
+
+
 def ours_lockstep(
     envs: Any, seconds: float, policy: Callable[[Any], Any] | None
 ) -> dict[str, float]:
-    """Env steps/s of `step` (actions from `policy`, else pre-drawn) and driver CPU per step."""
+    """Env steps/s of `step` (actions from `policy`, else pre-drawn), driver CPU per step."""
+    workers = _workers_of(envs)
     actions = action_samples(envs.action_space)
     obs, _ = envs.reset(seed=0)
     for t in range(50):
         obs, *_ = envs.step(actions[t % len(actions)] if policy is None else policy(obs))
-    cpu, start, count = _thread_cpu(), time.perf_counter(), 0
+    before, cpu, start, count = _cpu_of(workers), _thread_cpu(), time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
         obs, *_ = envs.step(actions[count % len(actions)] if policy is None else policy(obs))
         count += 1
     wall = time.perf_counter() - start
-    return {"rate": count * envs.num_envs / wall, "driver_us": (_thread_cpu() - cpu) / count * 1e6}
+    return _result(count * envs.num_envs, wall, count, cpu, workers, before)
 
 
 def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
-    """Env steps/s of `recv(k)` + `send` and the driver's CPU per `recv` + `send`."""
+    """Env steps/s of `recv(k)` + `send`, the driver's CPU per `recv` + `send`."""
+    workers = _workers_of(envs)
     envs.async_reset(seed=0)
     one = loops.recv_send(envs, k)
 
     for t in range(50):
         one(t)
-    cpu, start, count, steps = _thread_cpu(), time.perf_counter(), 0, 0
+    before, cpu, start = _cpu_of(workers), _thread_cpu(), time.perf_counter()
+    count = steps = 0
     while time.perf_counter() - start < seconds:
         steps += one(count)
         count += 1
     wall = time.perf_counter() - start
+    result = _result(steps, wall, count, cpu, workers, before)
     envs.recv()
-    return {"rate": steps / wall, "driver_us": (_thread_cpu() - cpu) / count * 1e6}
+    return result
 
 
 def _mlp(envs: Any) -> Callable[[Any], Any]:
@@ -225,11 +255,12 @@ def _report(
         f"Medians of {args.rounds} rounds, each setting {args.seconds:g} s per round, the "
         "settings taking turns; a ratio is the median of the rounds' ratios.",
         "",
-        "| setting | env steps/s | driver CPU per call (µs) |",
-        "|---|---:|---:|",
+        "| setting | env steps/s | driver CPU per call (µs) | workers' CPU per env step (µs) |",
+        "|---|---:|---:|---:|",
     ]
     for name, m in medians.items():
-        lines.append(f"| {name} | {m['rate']:,.0f} | {m['driver_us']:,.0f} |")
+        workers = f"{m['workers_us']:.1f}" if "workers_us" in m else "-"
+        lines.append(f"| {name} | {m['rate']:,.0f} | {m['driver_us']:,.0f} | {workers} |")
     targets = [
         ("ours lockstep >= 0.85x the probe's lockstep", "ours lockstep", "probe lockstep"),
         ("ours first-ready >= 0.8x the probe's", "ours first-ready", "probe first-ready"),
@@ -262,8 +293,34 @@ def _report(
             f"The probe's driver spends {medians['probe lockstep']['driver_us']:.0f} µs per step "
             f"and {medians['probe first-ready']['driver_us']:.0f} µs per first-ready round trip "
             "on the same machine (a run of 1 s subtracted from a longer one: its set-up).",
+            "",
+            *_first_ready_cycle(medians["ours first-ready"], medians["probe first-ready"]),
         ]
     return "\n".join(lines)
+
+
+def _first_ready_cycle(ours: dict[str, float], probe: dict[str, float]) -> list[str]:
+    """What one cycle of first-ready (each of the 2 workers' 8 envs once) costs the 2 cores.
+
+    On a machine with as many cores as workers the driver's CPU comes out of the workers'
+    cores, so with every core busy the ratio of the two cycles' CPU caps ours against the probe.
+    """
+    if "workers_us" not in ours or "workers_us" not in probe:
+        return []
+    per_cycle = {
+        name: (2 * 8 * m["workers_us"], 2 * m["driver_us"])
+        for name, m in (("ours", ours), ("probe", probe))
+    }
+    (ours_w, ours_d), (probe_w, probe_d) = per_cycle["ours"], per_cycle["probe"]
+    gap = ours_w + ours_d - probe_w - probe_d
+    return [
+        "One first-ready cycle (2 workers x 8 env steps, 2 round trips of the driver), in µs of "
+        f"CPU: ours {ours_w:.0f} in the workers and {ours_d:.0f} in the driver, the probe's "
+        f"{probe_w:.0f} and {probe_d:.0f}. With every core busy their ratio, "
+        f"{(probe_w + probe_d) / (ours_w + ours_d):.2f}, caps ours against the probe; of the "
+        f"{gap:.0f} µs more, {100 * (ours_w - probe_w) / gap:.0f}% are the workers' and "
+        f"{100 * (ours_d - probe_d) / gap:.0f}% the driver's.",
+    ]
 
 
 if __name__ == "__main__":
