@@ -1,5 +1,8 @@
 """How long workers poll before they sleep (`RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`), in turns.
 
+Each value is the least a worker polls; it polls up to ten times as long when its messages came
+later (`_worker.serve_loop`).
+
 Run by hand from the repository root, on a machine with nothing else running (it writes the
 ``worker_spin`` section of docs/benchmarks.md; docs/performance.md says what it shows):
 
@@ -98,8 +101,9 @@ def _report(
         f"- Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "",
         f"Env steps/s, medians of {args.rounds} rounds, each cell {args.seconds:g} s per round, "
-        f"the cells taking turns; `{SPIN_VARIABLE}` set to each value (µs; `auto`: 100 µs where "
-        "a node has a core per worker, else 0). In brackets: the median of the rounds' ratios "
+        f"the cells taking turns; `{SPIN_VARIABLE}` set to each value (µs a worker polls at "
+        "least, up to ten times as long when its messages came later; `auto`: 100 µs where a "
+        "node has a core per worker, else 0). In brackets: the median of the rounds' ratios "
         "to `0`.",
         "",
         "| setting | " + " | ".join(f"`{spin}`" for spin in spins) + " |",

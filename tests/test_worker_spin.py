@@ -1,7 +1,8 @@
 """A worker polls for its next message a while before it sleeps, when its node has the cores.
 
-`serve_fds` polls for `spin_us` after each answer, then blocks in ``read``; the driver sets
-`spin_us` per node (`worker_spin`): ``auto`` by the node's cores and workers, or the
+`serve_fds` polls for at least `spin_us` after each answer (longer when its messages came
+later, up to ten times), then blocks in ``read``; the driver sets `spin_us` per node
+(`worker_spin`): ``auto`` by the node's cores and workers, or the
 ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` environment variable for every worker. Whether a process
 spins is read from the kernel: its main thread's CPU time (``/proc/.../schedstat``, in ns) and
 whether it sleeps in a system call other than a futex (the GIL), never from a timer in the test.
@@ -101,7 +102,8 @@ def test_spin_by_node_counts_the_driver_nodes_other_workers():
 # -- the worker's loop ---------------------------------------------------------------------------
 _ECHO = """
 import sys
-from ray_multiprocess_env._protocol.pipes import HEADER, serve_fds
+from ray_multiprocess_env._protocol.pipes import HEADER
+from ray_multiprocess_env._worker.serve_loop import serve_fds
 fd, spin_us = int(sys.argv[1]), int(sys.argv[2])
 serve_fds(fd, fd, lambda seq, payload: [HEADER.pack(seq, len(payload)), payload], spin_us)
 """
@@ -162,6 +164,46 @@ def test_serve_fds_polls_for_spin_us_then_sleeps_and_answers_in_order(spin_us):
         _round_trip(driver, 2, b"after the spin: from a blocking read")
         _round_trip(driver, 3, b"during the spin" * 1000)
         driver.shutdown(socket.SHUT_WR)  # the end of the input, while it may be polling
+        assert process.wait(10) == 0
+
+
+def _echo_worker(spin_us: int) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """`serve_fds` echoing each message in a process of its own: our end, and the process."""
+    driver, worker = socket.socketpair()
+    fd = worker.fileno()
+    process = subprocess.Popen([sys.executable, "-c", _ECHO, str(fd), str(spin_us)], pass_fds=[fd])
+    worker.close()
+    return driver, process
+
+
+@needs_proc
+@pytest.mark.parametrize(
+    ("spin_us", "gap_s", "stretched"),
+    [
+        (10_000, 0.05, True),  # messages 50 ms apart: it polls about 75 ms (up to 100)
+        (2_000, 0.06, False),  # 60 ms apart, beyond its longest poll (20 ms): 2 ms only
+    ],
+)
+def test_serve_fds_polls_longer_when_its_messages_come_later(spin_us, gap_s, stretched):
+    """The poll stretches to half as long again as the gaps seen, up to `POLL_STRETCH` x.
+
+    The gaps are the stimulus (this end waits `gap_s` between messages); what is checked is
+    the CPU time the worker spends after its last answer until it sleeps, read from the kernel.
+    """
+    driver, process = _echo_worker(spin_us)
+    with contextlib.ExitStack() as stack:
+        stack.callback(process.kill)
+        stack.callback(driver.close)
+        for seq in range(16):
+            _round_trip(driver, seq, b"x")
+            time.sleep(gap_s)  # (the gap this test makes: no wait for an event)
+        _round_trip(driver, 16, b"last")
+        [spent] = _cpu_until_asleep(process.pid)
+        if stretched:
+            assert spent >= 3 * spin_us * 1000, spent  # (its floor alone: 1x)
+        else:
+            assert spent < 5 * spin_us * 1000, spent  # (stretched, it would be 10x)
+        driver.shutdown(socket.SHUT_WR)
         assert process.wait(10) == 0
 
 

@@ -2,22 +2,26 @@
 
 A worker served over a pipe or the TCP stream blocks in ``read`` between messages; the kernel
 then has to wake it for each one, and a core left idle meanwhile runs the next env steps
-slower. When the driver sends the next message within a few tens of microseconds (lockstep with
-a core per worker), it pays to poll for it for a while first (`_protocol.pipes.serve_fds`): on
-2 cores HalfCheetah-v5 2 x 8 and CartPole-v1 2 x 64 stepped 1.17x to 1.24x as fast in lockstep
-(`benchmarks/worker_spin.py`, docs/performance.md). With more workers than cores the polling
-takes the cores other workers need: 8 workers on 2 cores lost a fifth to a half.
+slower. When the driver sends the next message soon (lockstep with a core per worker), it pays
+to poll for it for a while first (`_worker.serve_loop`): on 2 cores HalfCheetah-v5 2 x 8 and
+CartPole-v1 2 x 64 stepped 1.15x to 1.27x as fast in lockstep (`benchmarks/worker_spin.py`,
+docs/performance.md). A worker polls for at least the time set here, and up to ten times as long
+when its recent messages came later than that (a policy of a few hundred microseconds in the
+driver: 1.09x). With more workers than cores the polling takes the cores other workers need:
+8 workers on 2 cores lost a quarter to two thirds.
 
-So by default (``auto``) a worker polls for `DEFAULT_SPIN_US` when its node has at least as
-many cores as workers of the vector env there, and not at all otherwise. On the driver's node
-the cores are the fewer of those this process may run on and those Ray counts (a container's
-CPU limit), and the workers of the vector envs already open when this one starts count too; on
-other nodes, the CPUs Ray counts there. A vector env opened later, or a worker restarted onto
-the node, does not stop the workers already running from polling; each of their answers then
-costs at most `DEFAULT_SPIN_US` of a core. A restarted worker is counted where it now runs.
+So by default (``auto``) a worker polls for `DEFAULT_SPIN_US` (stretched up to ten times) when
+its node has at least as many cores as workers of the vector env there, and not at all
+otherwise. On the driver's node the cores are the fewer of those this process may run on and
+those Ray counts (a container's CPU limit), and the workers of the vector envs already open
+when this one starts count too; on other nodes, the CPUs Ray counts there. A vector env opened
+later, or a worker restarted onto the node, does not stop the workers already running from
+polling; each of their answers then costs at most ten times `DEFAULT_SPIN_US` of a core. A
+restarted worker is counted where it now runs.
 
 The environment variable ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` (read where the driver runs,
-when a vector env is made) sets a number of microseconds for every worker instead, 0 for none.
+when a vector env is made) sets the least number of microseconds for every worker instead, 0 for
+none.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ __all__ = [
 
 #: The environment variable that sets how long workers poll (``auto`` or microseconds).
 SPIN_VARIABLE = "RAY_MULTIPROCESS_ENV_WORKER_SPIN_US"
-#: Microseconds a worker with a core of its own polls for its next message (``auto``).
+#: Microseconds a worker with a core of its own polls for its next message at least (``auto``).
 DEFAULT_SPIN_US = 100
 #: The most the variable may set: beyond, a worker mostly burns its core.
 MAX_SPIN_US = 100_000

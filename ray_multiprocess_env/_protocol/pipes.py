@@ -1,12 +1,13 @@
-"""The same-node pipe protocol, both ends: framing, the worker's loop, the driver's buffers.
+"""The same-node pipe protocol, both ends: framing, running a message, the driver's buffers.
 
 A message is a header (sequence number, payload length) and a payload serialized with
 cloudpickle, the serializer Ray itself uses, so whatever a Ray call can carry (classes defined
 in ``__main__`` or a notebook cell, lambdas) a pipe carries too. The driver writes
-``(op, args)`` to a worker's "go" pipe; the worker (`serve`, on the thread that built its envs)
-runs it and writes ``(True, result)`` or ``(False, (exception, traceback text))`` to its "done"
-pipe under the same sequence number. A result that cannot be serialized becomes an exception
-that names the env and the cause, so the stream never loses its framing.
+``(op, args)`` to a worker's "go" pipe; the worker (its loop is `_worker.serve_loop`, on the
+thread that built its envs) runs it (`run`) and writes ``(True, result)`` or ``(False,
+(exception, traceback text))`` to its "done" pipe under the same sequence number. A result that
+cannot be serialized becomes an exception that names the env and the cause, so the stream never
+loses its framing.
 
 The driver never blocks on a pipe: it keeps what it could not write yet in an `Outbox` and what
 it has read in an `Inbox`, and takes out whole messages only; the statements that move bytes
@@ -20,11 +21,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import struct
-import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -45,9 +44,6 @@ __all__ = [
     "error_value",
     "loads",
     "run",
-    "serve",
-    "serve_fds",
-    "write_all",
 ]
 
 #: What a message is written from: bytes, or a view of them.
@@ -171,71 +167,6 @@ def _unserializable_envs(value: Any, env_indices: list[int]) -> list[int]:
 
 
 # -- the worker's end ----------------------------------------------------------------------------
-def serve(
-    handle: Callable[[str, tuple[Any, ...]], Any],
-    env_indices: list[int],
-    go: str,
-    done: str,
-    spin_us: int = 0,
-) -> None:
-    """Run the operations read from the named pipe `go` with `handle`, replies to `done`.
-
-    Returns when the driver closes its end (or dies). Call it on the thread that built the
-    envs: it holds that thread for as long as the pipes are open. `spin_us`: see `serve_fds`.
-    """
-    done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
-    go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
-    try:
-        serve_fds(go_fd, done_fd, lambda s, p: [answer(handle, env_indices, s, p)], spin_us)
-    finally:
-        os.close(go_fd)
-        os.close(done_fd)
-
-
-def serve_fds(
-    go_fd: int,
-    done_fd: int,
-    respond: Callable[[int, bytes], Sequence[Buffer]],
-    spin_us: int = 0,
-) -> None:
-    """Answer each message read from `go_fd` with what `respond` makes of it, on `done_fd`.
-
-    Both descriptors block (they may be one socket). After each answer, the loop looks for the
-    next message for up to `spin_us` microseconds before it blocks in ``read``: a worker with a
-    core of its own then skips the kernel's wake-up when the next message comes soon. Returns at
-    the end of the input, or when the driver goes away mid-message.
-    """
-    pending = b""  # what was read beyond the last whole message
-    scratch = bytearray(1 << 16)  # (``os.read`` would allocate its size at every read)
-    spin_ns, poll = spin_us * 1000, None
-    if spin_ns:
-        poller = select.poll()
-        poller.register(go_fd, select.POLLIN)
-        poll = poller.poll
-    try:
-        while True:
-            if poll is not None and not pending:
-                until = time.monotonic_ns() + spin_ns
-                while not poll(0) and time.monotonic_ns() < until:
-                    pass
-            while len(pending) < HEADER.size:  # a whole message, usually in one read
-                count = os.readv(go_fd, [scratch])
-                if not count:
-                    return  # the driver closed its end (or died)
-                pending += scratch[:count]
-            seq, size = HEADER.unpack_from(pending)
-            end = HEADER.size + size
-            if len(pending) < end:
-                rest = _read_exact(go_fd, end - len(pending))
-                if rest is None:
-                    return
-                pending += rest
-            payload, pending = pending[HEADER.size : end], pending[end:]
-            write_all(done_fd, respond(seq, payload))
-    except OSError:
-        return  # the driver went away mid-message
-
-
 def answer(
     handle: Callable[[str, tuple[Any, ...]], Any], env_indices: list[int], seq: int, payload: bytes
 ) -> bytes:
@@ -256,29 +187,6 @@ def run(handle: Callable[[str, tuple[Any, ...]], Any], payload: bytes) -> tuple[
     except Exception as err:
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         return op, False, (error_value(err), text)
-
-
-def _read_exact(fd: int, size: int) -> bytes | None:
-    """Read exactly `size` bytes from a blocking `fd`, or None at end of file."""
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def write_all(fd: int, buffers: Sequence[Buffer]) -> None:
-    """Write all of `buffers`, in order, to a blocking `fd`."""
-    total = sum(len(b) for b in buffers)
-    written = os.writev(fd, buffers) if len(buffers) > 1 else os.write(fd, buffers[0])
-    if written == total:
-        return
-    view = memoryview(b"".join(buffers))[written:]  # (a signal cut the write short)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 # -- the driver's end ----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env._protocol import pipes, space_match, stream
 from ray_multiprocess_env._protocol.infos import InfoBatcher
+from ray_multiprocess_env._worker import serve_loop
 from ray_multiprocess_env._worker.batch import Rebuild, Reply, WorkerBatch
 from ray_multiprocess_env._worker.rows import WorkerRows
 from ray_multiprocess_env.compat import (
@@ -126,10 +127,11 @@ class EnvWorker:
 
         Holds the main thread, so the envs stay on the thread that built them; every
         operation must then come over the pipe (Ray calls would wait behind this one).
-        `spin_us`: how long to poll for the next message before sleeping (`pipes.serve_fds`).
+        `spin_us`: how long, at least, to poll for the next message before sleeping
+        (`serve_loop.serve_fds`).
         """
         try:
-            pipes.serve(_plain_handle(self), self.env_indices, go, done, spin_us)
+            serve_loop.serve(_plain_handle(self), self.env_indices, go, done, spin_us)
         finally:
             self._unshare()  # Ray calls answer with arrays again
 
@@ -151,7 +153,8 @@ class EnvWorker:
         """Serve the driver `listen` let in, on the thread that built the envs, until it leaves.
 
         Every operation must then come over the stream (Ray calls would wait behind this one).
-        `spin_us`: how long to poll for the next message before sleeping (`pipes.serve_fds`).
+        `spin_us`: how long, at least, to poll for the next message before sleeping
+        (`serve_loop.serve_fds`).
         """
         acceptor, self._acceptor = self._acceptor, None
         sock = None if acceptor is None else acceptor.driver(stream.HANDSHAKE_S)
@@ -161,7 +164,7 @@ class EnvWorker:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             stream.keep_alive(sock)
             fd = sock.fileno()
-            pipes.serve_fds(fd, fd, self._stream_respond(), spin_us)
+            serve_loop.serve_fds(fd, fd, self._stream_respond(), spin_us)
         finally:
             sock.close()
             self._unshare()
