@@ -15,10 +15,15 @@ table gives the median of the rounds):
   lockstep ``step`` and first-ready ``recv(8)``/``send``, 2 workers x 8; gymnasium's
   ``SyncVectorEnv(16)``; the same two of ours and ``SyncVectorEnv`` with the 256-wide torch MLP
   of ``--suite policy`` acting in the driver (torch's defaults, as a trainer has them);
+- ours first-ready again with ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US=0``: the probe's workers
+  never poll, and a polling worker's CPU counts its polls;
 - CartPole-v1, 2 workers x 64 against ``SyncVectorEnv(128)``;
 - the CPU time of the driver's main thread per ``step`` and per ``recv`` + ``send``, ours and the
   probe's (the probe's from the difference of a 1 s run and a longer one, so its set-up
-  cancels; with ``--seconds`` under about 2 that difference is mostly noise);
+  cancels; with ``--seconds`` under about 2 that difference is mostly noise), and the workers'
+  per env step (ours read with psutil, the probe's the same way as its driver's);
+- what one first-ready cycle costs in the workers and in the driver, ours against the probe's:
+  with every core busy, the ratio caps ours;
 - a worker's CPU per env step against a raw loop over the same envs in the same process
   (`benchmarks.worker_step`);
 - the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`);
@@ -50,6 +55,7 @@ from benchmarks import driver_floor, driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
 from benchmarks.report import start_ray_settled, write_section
 from ray_multiprocess_env import make_vector_env
+from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 from ray_multiprocess_env.bench_policies import make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -187,6 +193,13 @@ def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]
     out["ours first-ready"] = ours_first_ready(envs, 8, seconds)
     out["ours lockstep, MLP"] = ours_lockstep(envs, seconds, _mlp(envs))
     envs.close()
+    os.environ[SPIN_VARIABLE] = "0"  # (the probe's workers never poll: ours not polling either)
+    try:
+        envs = make_vector_env(CHEETAH, 16, num_workers=2)
+    finally:
+        del os.environ[SPIN_VARIABLE]
+    out["ours first-ready, workers not polling"] = ours_first_ready(envs, 8, seconds)
+    envs.close()
     sync = gym.vector.SyncVectorEnv([lambda: gym.make(CHEETAH)] * 16)
     out["SyncVectorEnv(16)"] = ours_lockstep(sync, seconds, None)
     out["SyncVectorEnv(16), MLP"] = ours_lockstep(sync, seconds, _mlp(sync))
@@ -294,32 +307,41 @@ def _report(
             f"and {medians['probe first-ready']['driver_us']:.0f} µs per first-ready round trip "
             "on the same machine (a run of 1 s subtracted from a longer one: its set-up).",
             "",
-            *_first_ready_cycle(medians["ours first-ready"], medians["probe first-ready"]),
+            *_first_ready_cycle(medians, "ours first-ready", ""),
+            *_first_ready_cycle(
+                medians,
+                "ours first-ready, workers not polling",
+                " with its workers not polling (the probe's never do)",
+            ),
         ]
     return "\n".join(lines)
 
 
-def _first_ready_cycle(ours: dict[str, float], probe: dict[str, float]) -> list[str]:
+def _first_ready_cycle(medians: dict[str, dict[str, float]], name: str, how: str) -> list[str]:
     """What one cycle of first-ready (each of the 2 workers' 8 envs once) costs the 2 cores.
 
-    On a machine with as many cores as workers the driver's CPU comes out of the workers'
-    cores, so with every core busy the ratio of the two cycles' CPU caps ours against the probe.
+    `name`: the setting of ours, against the probe's first-ready; `how`: what says which. On a
+    machine with as many cores as workers the driver's CPU comes out of the workers' cores, so
+    with every core busy the ratio of the two cycles' CPU caps ours against the probe.
     """
+    ours, probe = medians.get(name, {}), medians.get("probe first-ready", {})
     if "workers_us" not in ours or "workers_us" not in probe:
         return []
-    per_cycle = {
-        name: (2 * 8 * m["workers_us"], 2 * m["driver_us"])
-        for name, m in (("ours", ours), ("probe", probe))
-    }
-    (ours_w, ours_d), (probe_w, probe_d) = per_cycle["ours"], per_cycle["probe"]
+    ours_w, ours_d = 2 * 8 * ours["workers_us"], 2 * ours["driver_us"]
+    probe_w, probe_d = 2 * 8 * probe["workers_us"], 2 * probe["driver_us"]
     gap = ours_w + ours_d - probe_w - probe_d
+    split = (
+        f"of the {gap:.0f} µs more, {100 * (ours_w - probe_w) / gap:.0f}% are the workers' and "
+        f"{100 * (ours_d - probe_d) / gap:.0f}% the driver's"
+        if gap > 0
+        else "ours costs no more"
+    )
     return [
-        "One first-ready cycle (2 workers x 8 env steps, 2 round trips of the driver), in µs of "
-        f"CPU: ours {ours_w:.0f} in the workers and {ours_d:.0f} in the driver, the probe's "
-        f"{probe_w:.0f} and {probe_d:.0f}. With every core busy their ratio, "
-        f"{(probe_w + probe_d) / (ours_w + ours_d):.2f}, caps ours against the probe; of the "
-        f"{gap:.0f} µs more, {100 * (ours_w - probe_w) / gap:.0f}% are the workers' and "
-        f"{100 * (ours_d - probe_d) / gap:.0f}% the driver's.",
+        f"One first-ready cycle of ours{how} (2 workers x 8 env steps, 2 round trips of the "
+        f"driver), in µs of CPU: {ours_w:.0f} in the workers and {ours_d:.0f} in the driver, the "
+        f"probe's {probe_w:.0f} and {probe_d:.0f}. With every core busy their ratio, "
+        f"{(probe_w + probe_d) / (ours_w + ours_d):.2f}, caps ours against the probe; {split}.",
+        "",
     ]
 
 

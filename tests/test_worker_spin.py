@@ -180,7 +180,7 @@ def _echo_worker(spin_us: int) -> tuple[socket.socket, subprocess.Popen[bytes]]:
 @pytest.mark.parametrize(
     ("spin_us", "gap_s", "stretched"),
     [
-        (10_000, 0.05, True),  # messages 50 ms apart: it polls about 75 ms (up to 100)
+        (10_000, 0.04, True),  # messages 40 ms apart: it polls about 60 ms (up to 100)
         (2_000, 0.06, False),  # 60 ms apart, beyond its longest poll (20 ms): 2 ms only
     ],
 )
@@ -194,13 +194,13 @@ def test_serve_fds_polls_longer_when_its_messages_come_later(spin_us, gap_s, str
     with contextlib.ExitStack() as stack:
         stack.callback(process.kill)
         stack.callback(driver.close)
-        for seq in range(16):
+        for seq in range(32):
             _round_trip(driver, seq, b"x")
             time.sleep(gap_s)  # (the gap this test makes: no wait for an event)
-        _round_trip(driver, 16, b"last")
+        _round_trip(driver, 32, b"last")
         [spent] = _cpu_until_asleep(process.pid)
         if stretched:
-            assert spent >= 3 * spin_us * 1000, spent  # (its floor alone: 1x)
+            assert spent >= 2 * spin_us * 1000, spent  # (its floor alone: 1x)
         else:
             assert spent < 5 * spin_us * 1000, spent  # (stretched, it would be 10x)
         driver.shutdown(socket.SHUT_WR)

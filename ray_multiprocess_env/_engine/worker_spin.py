@@ -4,7 +4,7 @@ A worker served over a pipe or the TCP stream blocks in ``read`` between message
 then has to wake it for each one, and a core left idle meanwhile runs the next env steps
 slower. When the driver sends the next message soon (lockstep with a core per worker), it pays
 to poll for it for a while first (`_worker.serve_loop`): on 2 cores HalfCheetah-v5 2 x 8 and
-CartPole-v1 2 x 64 stepped 1.15x to 1.27x as fast in lockstep (`benchmarks/worker_spin.py`,
+CartPole-v1 2 x 64 stepped 1.25x to 1.27x as fast in lockstep (`benchmarks/worker_spin.py`,
 docs/performance.md). A worker polls for at least the time set here, and up to ten times as long
 when its recent messages came later than that (a policy of a few hundred microseconds in the
 driver: 1.09x). With more workers than cores the polling takes the cores other workers need:
@@ -20,8 +20,8 @@ polling; each of their answers then costs at most ten times `DEFAULT_SPIN_US` of
 restarted worker is counted where it now runs.
 
 The environment variable ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` (read where the driver runs,
-when a vector env is made) sets the least number of microseconds for every worker instead, 0 for
-none.
+when a vector env is made) sets the least number of microseconds for every worker instead (a
+worker stretches it up to ten times, at most to 100 ms), 0 for none.
 """
 
 from __future__ import annotations

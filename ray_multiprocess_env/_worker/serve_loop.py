@@ -8,11 +8,12 @@ idle meanwhile runs the next env steps slower. So after each answer the loop pol
 message (``poll`` with a zero timeout) before it blocks: for at least `spin_us`, and for longer
 when its recent messages came later than that, up to `POLL_STRETCH` times `spin_us` (at most
 `POLL_MOST_NS`, unless `spin_us` itself is more). The gap it expects is a running mean of the
-time from each answer to the next message; it polls half as long again as that mean. Where the
-mean is beyond the longest poll, the messages come too late for any poll to catch them, and it
-polls for `spin_us` only. A driver whose policy takes a few hundred microseconds between steps
-(a torch MLP) is caught that way; one that answers within tens of microseconds, as before. The
-driver decides `spin_us` (`_engine.worker_spin`): 0 never polls.
+time from each answer to the next message (each gap counted as twice the longest poll at most,
+so one long pause does not weigh for long); it polls half as long again as that mean. Where
+that is beyond the longest poll, the messages come too late for a poll to catch most of them,
+and it polls for `spin_us` only. A driver whose policy takes a few hundred microseconds between
+steps (a torch MLP) is caught that way; one that answers within tens of microseconds, as
+before. The driver decides `spin_us` (`_engine.worker_spin`): 0 never polls.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def serve_fds(
                 pending += rest
             payload, pending = pending[HEADER.size : end], pending[end:]
             if poll is not None:  # (a mean over about the last 8 messages)
-                gap += (clock() - answered - gap) >> 3
+                gap += (min(clock() - answered, 2 * most) - gap) >> 3
                 wanted = gap + (gap >> 1)
                 budget = least if wanted > most else max(least, wanted)
             write_all(done_fd, respond(seq, payload))

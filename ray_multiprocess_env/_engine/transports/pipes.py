@@ -3,11 +3,11 @@
 A Ray actor call costs the driver about 0.4 ms and the worker about 0.6 ms of CPU (see
 docs/performance.md), more than 64 CartPole steps. For a worker on the driver's node the driver
 writes each operation to the worker's "go" pipe; the worker's `EnvWorker.serve`, which holds the
-actor's main thread (the env thread), runs it and writes the reply to the "done" pipe (both ends
-of that protocol are in `_protocol/pipes.py`). Both sides block in the kernel (``poll``), so a
-slow env leaves the cores to the others; a worker with a core of its own polls for its next
-message a while first (`worker_spin`). Replies to tickets given up on (an
-interrupted or timed-out call) are dropped by sequence number.
+actor's main thread (the env thread), runs it and writes the reply to the "done" pipe (the
+protocol is `_protocol/pipes.py`, the worker's loop `_worker/serve_loop.py`). Both sides block
+in the kernel (``poll``), so a slow env leaves the cores to the others; a worker with a core of
+its own polls for its next message a while first (`worker_spin`). Replies to tickets given up
+on (an interrupted or timed-out call) are dropped by sequence number.
 
 The pipes are made in a private directory (mode 0700, in ``/dev/shm`` where it exists) and
 unlinked as soon as both ends are open; the directory's name carries the driver's pid, so one
