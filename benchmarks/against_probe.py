@@ -23,7 +23,7 @@ table gives the median of the rounds):
   cancels; with ``--seconds`` under about 2 that difference is mostly noise), and the workers'
   per env step (ours read with psutil, the probe's the same way as its driver's);
 - what one first-ready cycle costs in the workers and in the driver, ours against the probe's:
-  with every core busy, the ratio caps ours;
+  the ratio of the two is ours against the probe when both keep every core busy;
 - a worker's CPU per env step against a raw loop over the same envs in the same process
   (`benchmarks.worker_step`);
 - the driver's CPU per first-ready round trip, stage by stage (`benchmarks.driver_stages`);
@@ -322,7 +322,8 @@ def _first_ready_cycle(medians: dict[str, dict[str, float]], name: str, how: str
 
     `name`: the setting of ours, against the probe's first-ready; `how`: what says which. On a
     machine with as many cores as workers the driver's CPU comes out of the workers' cores, so
-    with every core busy the ratio of the two cycles' CPU caps ours against the probe.
+    the ratio of the two cycles' CPU is ours against the probe when both keep every core busy
+    (a probe that leaves a core idle a while gives ours a little more).
     """
     ours, probe = medians.get(name, {}), medians.get("probe first-ready", {})
     if "workers_us" not in ours or "workers_us" not in probe:
@@ -337,10 +338,11 @@ def _first_ready_cycle(medians: dict[str, dict[str, float]], name: str, how: str
         else "ours costs no more"
     )
     return [
-        f"One first-ready cycle of ours{how} (2 workers x 8 env steps, 2 round trips of the "
-        f"driver), in µs of CPU: {ours_w:.0f} in the workers and {ours_d:.0f} in the driver, the "
-        f"probe's {probe_w:.0f} and {probe_d:.0f}. With every core busy their ratio, "
-        f"{(probe_w + probe_d) / (ours_w + ours_d):.2f}, caps ours against the probe; {split}.",
+        "One first-ready cycle (2 workers x 8 env steps, 2 round trips of the driver), "
+        f"ours{how}, in µs of CPU: {ours_w:.0f} in the workers and {ours_d:.0f} in the driver; "
+        f"the probe's {probe_w:.0f} and {probe_d:.0f}. Their ratio, "
+        f"{(probe_w + probe_d) / (ours_w + ours_d):.2f}, is ours against the probe when both "
+        f"keep every core busy; {split}.",
         "",
     ]
 
