@@ -193,11 +193,15 @@ def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]
     out["ours first-ready"] = ours_first_ready(envs, 8, seconds)
     out["ours lockstep, MLP"] = ours_lockstep(envs, seconds, _mlp(envs))
     envs.close()
+    saved = os.environ.get(SPIN_VARIABLE)
     os.environ[SPIN_VARIABLE] = "0"  # (the probe's workers never poll: ours not polling either)
     try:
         envs = make_vector_env(CHEETAH, 16, num_workers=2)
     finally:
-        del os.environ[SPIN_VARIABLE]
+        if saved is None:
+            del os.environ[SPIN_VARIABLE]
+        else:
+            os.environ[SPIN_VARIABLE] = saved
     out["ours first-ready, workers not polling"] = ours_first_ready(envs, 8, seconds)
     envs.close()
     sync = gym.vector.SyncVectorEnv([lambda: gym.make(CHEETAH)] * 16)

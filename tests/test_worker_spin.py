@@ -144,17 +144,23 @@ def _round_trip(sock: socket.socket, seq: int, payload: bytes) -> None:
     assert got == want
 
 
+def _echo_worker(spin_us: int) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """`serve_fds` echoing each message in a process of its own: our end, and the process."""
+    driver, worker = socket.socketpair()
+    fd = worker.fileno()
+    process = subprocess.Popen([sys.executable, "-c", _ECHO, str(fd), str(spin_us)], pass_fds=[fd])
+    worker.close()
+    return driver, process
+
+
 @needs_proc
 @pytest.mark.parametrize("spin_us", [0, LONG_SPIN_US])
 def test_serve_fds_polls_for_spin_us_then_sleeps_and_answers_in_order(spin_us):
     """A worker's loop (echoing each message) in a process of its own, over a socket pair."""
-    driver, worker = socket.socketpair()
-    fd = worker.fileno()
-    process = subprocess.Popen([sys.executable, "-c", _ECHO, str(fd), str(spin_us)], pass_fds=[fd])
+    driver, process = _echo_worker(spin_us)
     with contextlib.ExitStack() as stack:
         stack.callback(process.kill)
         stack.callback(driver.close)
-        worker.close()
         _round_trip(driver, 1, b"first")
         [spent] = _cpu_until_asleep(process.pid)
         if spin_us:  # it polled (most of the spin, unless the machine is very busy), then slept
@@ -165,15 +171,6 @@ def test_serve_fds_polls_for_spin_us_then_sleeps_and_answers_in_order(spin_us):
         _round_trip(driver, 3, b"during the spin" * 1000)
         driver.shutdown(socket.SHUT_WR)  # the end of the input, while it may be polling
         assert process.wait(10) == 0
-
-
-def _echo_worker(spin_us: int) -> tuple[socket.socket, subprocess.Popen[bytes]]:
-    """`serve_fds` echoing each message in a process of its own: our end, and the process."""
-    driver, worker = socket.socketpair()
-    fd = worker.fileno()
-    process = subprocess.Popen([sys.executable, "-c", _ECHO, str(fd), str(spin_us)], pass_fds=[fd])
-    worker.close()
-    return driver, process
 
 
 @needs_proc
