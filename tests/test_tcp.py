@@ -149,6 +149,30 @@ def test_a_stranger_gets_nothing_loaded_and_stops_nothing(listener, tmp_path, st
     driver.close()
 
 
+def test_strangers_filling_every_place_do_not_keep_the_driver_out(listener, caplog):
+    """More silent strangers than the worker handles at once: the oldest give way, the driver in.
+
+    (Each new connection gets a place: refusing the newest instead left the driver, coming
+    last, to fall back to Ray calls.)
+    """
+    port, accept, found = listener
+    thread = threading.Thread(target=accept)
+    thread.start()
+    strangers = []
+    for _ in range(2 * stream._PENDING_MAX):
+        stranger = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert stranger.recv(len(stream.MAGIC) + 32).startswith(stream.MAGIC)  # (it has a place)
+        strangers.append(stranger)
+    with caplog.at_level(logging.WARNING):
+        driver = _driver(port)
+        thread.join(15)
+    assert found["driver"] is not None
+    assert "the oldest gave way" in caplog.text
+    for stranger in strangers:
+        stranger.close()
+    driver.close()
+
+
 # -- rows as raw bytes --------------------------------------------------------------------------
 @pytest.mark.parametrize("positions", [None, [2], [0, 3]])
 def test_rows_travel_as_raw_bytes_into_their_places(positions):

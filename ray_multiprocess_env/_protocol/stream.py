@@ -57,7 +57,8 @@ _NONCE = 32  # bytes of a challenge
 _DIGEST = hashlib.sha256().digest_size
 #: Seconds a connection may take to pass the handshake before the worker closes it.
 HANDSHAKE_S = 10.0
-#: Connections the worker handles at once before it has found its driver (more are refused).
+#: Connections the worker handles at once before it has found its driver (beyond that, the
+#: oldest is closed for each new one).
 _PENDING_MAX = 32
 #: Seconds of silence after which the kernel probes the other end, between probes, and how many
 #: unanswered probes (or seconds of unacknowledged data, x 1000 ms) mean it is gone.
@@ -168,7 +169,9 @@ def accept_driver(listener: socket.socket, secret: bytes, deadline: float) -> so
                 if key.fileobj is listener:
                     _accept(listener, selector, pending)
                     continue
-                conn = pending[key.fd]
+                conn = pending.get(key.fd)
+                if conn is None:  # (closed in this round: it gave way to a newer one)
+                    continue
                 driver = _advance(conn, secret)
                 if driver:
                     selector.unregister(conn.sock)
@@ -192,10 +195,9 @@ def _accept(listener: socket.socket, selector: Any, pending: dict[int, _Pending]
             logger.warning("An env worker could not accept a connection: %s.", err)
             time.sleep(0.05)
         return
-    if len(pending) >= _PENDING_MAX:
-        sock.close()
-        logger.warning("Closed a connection from %s to an env worker's port: too many.", peer)
-        return
+    if len(pending) >= _PENDING_MAX:  # the oldest gives way: strangers cannot keep the driver
+        # out by filling every place before it comes (each new connection gets one)
+        _refuse(selector, pending, next(iter(pending)), "too many; the oldest gave way")
     conn = _Pending(sock, peer)
     try:
         sock.setblocking(True)
