@@ -33,13 +33,16 @@ class RemoteEnvError(RuntimeError):
         remote_traceback: Ray's report of the failure, with the traceback from the actor.
         worker_results: For a batched ``step``, ``(observations, rewards, terminations,
             truncations)`` of each worker's envs by worker index, copies, where every worker
-            answered.
+            answered: the raw rows, lost-episode reports included (`results` leaves them out).
         results: For a batched ``step`` of `GymnasiumVectorEnv`, what ``step`` would have
             returned: the envs that did not fail as they stepped (a terminal transition
             included), a failed env with its last observation, reward 0, not done and
-            ``infos["env_error"]``; None where not every worker answered. A lost episode
-            that an env reports here (``infos["env_crashed"]``, after a restart) is still
-            owed, since this step was not handed out: the env's next step reports it again.
+            ``infos["env_error"]`` (True for the envs that failed); None where not every
+            worker answered. This step was not handed out, so a lost-episode report it
+            carried (a restarted worker's or a rebuilt env's) is not in it: that env is shown
+            not done, with its new first observation and ``infos["lost_episode_pending"]``,
+            and its next step reports the lost episode (docs/failures.md: each report
+            reaches the user once).
     """
 
     def __init__(

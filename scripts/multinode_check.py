@@ -166,8 +166,8 @@ def check_unsatisfiable_restart(cluster: Cluster, node: Any) -> dict[str, Any]:
     failed_after = time.monotonic() - start
     failed_call = time.monotonic() - call_start
     assert "STRICT_SPREAD" in message, message
-    assert "before the call's `timeout` ran out" in message, message
-    assert failed_call < 10 + 1, failed_call  # the call's own timeout, placement included
+    assert "did not start within 30 s of the restart" in message, message
+    assert failed_call < 10 + 30 + 1, failed_call  # the call's timeout, then 30 s to restart
     start = time.monotonic()
     envs.close()
     closed_after = time.monotonic() - start

@@ -122,3 +122,22 @@ class FaultyShiftingEnv(ShiftingInfoEnv):
         gate, self.gate = self.gate, None
         if gate is not None:
             wait_at_gate(gate)
+
+
+class HangingSpacesEnv(FlakyEnv):
+    """A `FlakyEnv` whose ``metadata``, first read in its worker, waits at the gate `folder`.
+
+    The vector env's start reads it (with its spaces) once the worker is up: a start that hangs
+    in an env, with the worker's process there to be killed.
+    """
+
+    def __init__(self, folder: str) -> None:
+        super().__init__()
+        self.folder: str | None = folder
+
+    @property  # type: ignore[override]
+    def metadata(self) -> dict[str, Any]:
+        folder, self.folder = getattr(self, "folder", None), None
+        if folder is not None:
+            wait_at_gate(folder)
+        return {}

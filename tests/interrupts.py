@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dis
+import inspect
 import os
 import signal
 import sys
@@ -26,6 +27,7 @@ __all__ = [
     "Gate",
     "interrupt_at_line",
     "interrupt_inside",
+    "line_of",
     "lines_of",
     "rounds_of",
     "wait_at_gate",
@@ -37,6 +39,12 @@ def lines_of(function: Callable[..., Any]) -> list[int]:
     code = function.__code__
     lines = sorted({line for _, line in dis.findlinestarts(code) if line is not None})
     return [line for line in lines if line > code.co_firstlineno]
+
+
+def line_of(function: Callable[..., Any], text: str) -> int:
+    """The first line of `function` whose source holds `text`."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(k for k, line in enumerate(lines) if text in line)
 
 
 def rounds_of(functions: list[Callable[..., Any]]) -> list[tuple[Callable[..., Any], int]]:

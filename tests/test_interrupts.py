@@ -9,6 +9,9 @@ first-ready verbs (`send`, `recv`, `async_reset`): tests/test_interrupts_first_r
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +32,9 @@ from ray_multiprocess_env._engine.transports.tcp import TcpTransport
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
+from tests.envs_faults import HangingSpacesEnv
 from tests.helpers import counts, worker_pids
-from tests.interrupts import interrupt_at_line, lines_of, rounds_of
+from tests.interrupts import Gate, interrupt_at_line, lines_of, rounds_of
 
 #: Where a face's `step` sends, waits and hands the step out.
 STEP_CODE: list[Callable[..., Any]] = [
@@ -338,3 +342,35 @@ def test_ctrl_c_at_any_line_of_a_reset_uses_each_kept_seed_once():
                 seen.add(after == seeded)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
         assert seen == {True, False}  # (Ctrl-C both before the reset was sent and after)
+
+
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_ctrl_c_while_an_env_hangs_in_the_start_comes_at_once_and_kills_the_worker(
+    tmp_path, transport
+):
+    """Ctrl-C while the vector env starts and an env hangs: raised at once, its worker killed.
+
+    The start is given up without asking the envs to close (the hanging env would hold that up
+    for 30 s); the gate never opens, so the env would hang 60 s.
+    """
+    gate = Gate(str(tmp_path))
+    fns = [functools.partial(HangingSpacesEnv, str(gate))] + [FlakyEnv] * 3
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), gate.interrupt_when_entered(1):
+        GymnasiumVectorEnv(fns, envs_per_worker=2, transport=transport)
+    assert time.monotonic() - started < 20  # (it waited 30 s for the envs' `close`)
+    (entered,) = os.listdir(str(gate))  # entered-<pid>-0: the worker inside the hang
+    pid = int(entered.split("-")[1])
+    ends = time.monotonic() + 20
+    while _alive(pid):
+        assert time.monotonic() < ends, f"worker {pid} still runs"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (not a zombie: Ray reaps its workers later)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -32,7 +32,7 @@ from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import EndOnTwoEnv, FlakyEnv
 from tests.envs_faults import DyingEnv
 from tests.helpers import counts
-from tests.interrupts import interrupt_at_line, lines_of, rounds_of
+from tests.interrupts import interrupt_at_line, line_of, lines_of, rounds_of
 
 TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 
@@ -322,6 +322,51 @@ def test_ctrl_c_at_any_line_of_a_lost_workers_break_leaves_recv_every_result(tra
                     truncated[env] = value
             assert truncated == {0: True, 1: True, 2: False, 3: False}, line
         assert fired_in >= 3  # (the lines ran: the interrupts were real)
+
+
+@pytest.mark.parametrize(
+    ("transport", "moment"),
+    [
+        ("auto", "pool.restart("),
+        ("auto", "retries.append(retry)"),
+        ("auto", "wait_tickets(retries"),
+        ("tcp", "wait_tickets(retries"),
+        ("ray", "pool.restart("),
+    ],
+)
+def test_ctrl_c_in_a_restart_inside_recv_leaves_every_env_in_flight(transport, moment):
+    """Ctrl-C while `recv` restarts a lost worker: every env stays in flight, none is lost.
+
+    The next `recv` returns all four, the lost worker's envs with their lost episodes reported
+    once (so the loop that sends what `recv` returned steps every env again).
+    """
+    envs = GymnasiumVectorEnv(
+        [DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart", transport=transport
+    )
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("taken", [1, 1, -100, -100])  # worker 0 dies in its next step
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+        fired: list[bool] = []
+        with pytest.raises(KeyboardInterrupt):
+            with interrupt_at_line(Calls._replace, line_of(Calls._replace, moment)) as fired:
+                envs.recv()
+        assert fired
+        assert envs._engine.busy_envs() == [0, 1, 2, 3]  # (private) all still in flight
+        truncated: dict[int, bool] = {}
+        crashed: dict[int, bool] = {}
+        while envs._engine.busy_envs():
+            *_, cut, infos = envs.recv(timeout=30)
+            for k, env in enumerate(_ids(infos)):
+                assert env not in truncated, f"env {env} came back twice"
+                truncated[env] = bool(cut[k])
+                crashed[env] = bool(infos.get("env_crashed", np.zeros(len(cut)))[k])
+        assert truncated == {0: True, 1: True, 2: False, 3: False}
+        assert crashed == truncated
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])  # (the autoreset step of 0 and 1)
+        *_, cut, infos = envs.recv()
+        assert sorted(_ids(infos)) == [0, 1, 2, 3]
+        assert not cut.any()  # reported once
 
 
 def test_ctrl_c_at_any_line_of_async_reset_notes_the_reset_with_its_send():

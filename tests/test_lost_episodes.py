@@ -1,15 +1,16 @@
 """A lost-episode report belongs to the env: it survives every error, interrupt or failed restart.
 
 A restarted worker's envs report their lost episode as truncated (``env_crashed``) at their
-next step. When the call that carried that report never reaches the user (another env raised,
-a second restart failed, Ctrl-C in the wait for the replacement), the next step reports it.
+next step, and an env rebuilt after it raised (``env_error``) at the step that rebuilt it. When
+the call that carried that report never reaches the user (another env raised, a second restart
+failed, Ctrl-C in the wait for the replacement or for another env), the next step reports it:
+once, whether or not the trainer reads a failed step's ``error.results``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 
 import numpy as np
@@ -21,28 +22,101 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
-from tests.envs_faults import DyingEnv, env_failing_once_flagged
-from tests.interrupts import interrupt_at_line, lines_of
+from tests.envs_faults import DyingEnv, FaultyShiftingEnv, env_failing_once_flagged
+from tests.interrupts import Gate, interrupt_at_line, line_of, lines_of
 
 ALIVE = -100  # (a `DyingEnv`'s `taken` that never reaches its death)
 
 
 @pytest.mark.parametrize("transport", ["auto", "ray"])
 def test_a_report_survives_another_envs_error_in_the_same_step(transport):
-    """Worker 0 dies while env 2 raises: the step raises; the next one reports envs 0 and 1."""
+    """Worker 0 dies while env 2 raises: the step raises; the next one reports envs 0 and 1.
+
+    The error's `results` show the reports as pending, not as episode ends: a trainer that
+    reads them and one that does not each count every lost episode once.
+    """
     envs = GymnasiumVectorEnv(
         [DyingEnv] * 4, envs_per_worker=2, on_actor_failure="restart", transport=transport
     )
     with contextlib.closing(envs):
         envs.reset(seed=0)
         envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
-        with pytest.raises(RemoteEnvError, match=r"env 2 failed in `step`"):
+        with pytest.raises(RemoteEnvError, match=r"env 2 failed in `step`") as caught:
             envs.step(np.array([1, 1, -1, 1]))  # (env 2 raises on a negative action)
+        _, _, terminated, truncated, infos = caught.value.results
+        assert infos["lost_episode_pending"].tolist() == [True, True, False, False]
+        assert infos["env_error"].tolist() == [False, False, True, False]
+        assert "env_crashed" not in infos
+        ended_in_results = terminated | truncated
+        assert not ended_in_results.any()
         _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
         assert truncated.tolist() == [True, True, False, False]
         assert infos["env_crashed"].tolist() == [True, True, False, False]
+        ended = ended_in_results.astype(int) + truncated  # (a trainer reading `results` too)
+        assert ended.tolist() == [1, 1, 0, 0]
         _, _, _, truncated, _ = envs.step(np.array([1, 1, 1, 1]))
         assert not truncated.any()  # reported once, then the envs step again
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp", "ray"])
+def test_an_env_error_report_survives_ctrl_c_while_another_env_steps(tmp_path, transport):
+    """Env 0 is rebuilt while env 2 is inside its step, and Ctrl-C lands: env 0 reports later.
+
+    Its next step is its lost episode's end (truncated, with the error's text), reported once.
+    """
+    envs = GymnasiumVectorEnv(
+        [FaultyShiftingEnv] * 4, envs_per_worker=2, on_env_error="restart", transport=transport
+    )
+    gate = Gate(str(tmp_path))
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.set_attr("gate", [None, None, str(gate), None])
+        with pytest.raises(KeyboardInterrupt), gate.interrupt_when_entered(1):
+            envs.step(np.array([2, 0, 0, 0]))  # (action 2: env 0 raises, and is rebuilt)
+        gate.open()
+        _, rewards, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert truncated.tolist() == [True, False, False, False]
+        assert infos["_env_error"].tolist() == [True, False, False, False]
+        assert infos["env_error"][0] == "ValueError: boom at t=0"
+        assert rewards[0] == 0.0
+        envs.step(np.zeros(4, dtype=np.int64))  # (env 0's autoreset step)
+        _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert not truncated[0]
+        assert "env_error" not in infos  # reported once
+
+
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_an_env_error_report_survives_a_step_that_fails_for_another_env(transport):
+    """Env 0 is rebuilt in the step where env 2's rebuilds are spent: env 0 reports later.
+
+    The error's `results` keep env 0's report pending (``lost_episode_pending``) and name the
+    env that failed in ``env_error``; the next step reports env 0's end with its text, once.
+    """
+    envs = GymnasiumVectorEnv(
+        [FaultyShiftingEnv] * 4,
+        envs_per_worker=2,
+        on_env_error="restart",
+        max_restarts=1,
+        transport=transport,
+    )
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        envs.step(np.array([0, 0, 2, 0]))  # env 2 is rebuilt once: its budget is spent
+        envs.step(np.zeros(4, dtype=np.int64))  # (env 2's autoreset step)
+        with pytest.raises(RemoteEnvError, match=r"env 2 failed in `step`") as caught:
+            envs.step(np.array([2, 0, 2, 0]))
+        assert "max_restarts=1" in str(caught.value)
+        _, _, terminated, truncated, infos = caught.value.results
+        assert not (terminated | truncated).any()
+        assert infos["lost_episode_pending"].tolist() == [True, False, False, False]
+        assert infos["env_error"].tolist() == [False, False, True, False]
+        _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert truncated.tolist() == [True, False, False, False]
+        assert infos["env_error"][0] == "ValueError: boom at t=2"
+        envs.step(np.zeros(4, dtype=np.int64))  # (env 0's autoreset step)
+        _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert not truncated[0]
+        assert "env_error" not in infos  # reported once
 
 
 def test_a_report_survives_an_env_error_in_a_tianshou_subset_step():
@@ -82,12 +156,6 @@ def test_a_report_survives_a_second_restart_that_fails(tmp_path, transport):
         assert infos["env_crashed"].tolist() == [True, True, True, True, False, False]
 
 
-def _line_of(function, text: str) -> int:
-    """The first line of `function` whose source holds `text`."""
-    lines, first = inspect.getsourcelines(function)
-    return first + next(k for k, line in enumerate(lines) if text in line)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "moment",
@@ -101,7 +169,7 @@ def test_a_report_survives_ctrl_c_while_the_replacement_answers(moment):
         envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
         fired = []
         with pytest.raises(KeyboardInterrupt):
-            with interrupt_at_line(Calls._replace, _line_of(Calls._replace, moment)) as fired:
+            with interrupt_at_line(Calls._replace, line_of(Calls._replace, moment)) as fired:
                 envs.step(np.array([1, 1, 1, 1]))
         assert fired
         _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))

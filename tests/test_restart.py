@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import signal
 import time
@@ -20,6 +22,7 @@ from ray_multiprocess_env import (
 from ray_multiprocess_env._engine import engine as engine_module
 from ray_multiprocess_env._engine.seeds import restart_seed
 from tests.envs import EndOnTwoEnv, FlakyEnv, bridged_cartpole
+from tests.envs_faults import env_failing_once_flagged
 from tests.helpers import assert_killed, worker_pids
 
 pytestmark = pytest.mark.slow
@@ -258,3 +261,33 @@ def test_a_shorter_step_wait_timeout_does_not_restart():
     assert not truncated.any()
     assert "env_crashed" not in infos
     envs.close()
+
+
+def test_a_masked_reset_leaves_the_other_envs_seeds_for_their_restart():
+    """A reset of env 0 with new seeds: env 1's restart seed still derives from env 1's own."""
+    envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=2, on_actor_failure="restart")
+    try:
+        envs.reset(seed=10)  # env 1: seed 11
+        envs.reset(seed=[20, 21], options={"reset_mask": np.array([True, False])})
+        _kill(envs, 0)
+        obs, _, _, truncated, _ = envs.step(np.zeros(2, dtype=np.int64))
+        assert truncated.tolist() == [True, True]
+        assert obs[0, 0] == FlakyEnv().reset(seed=restart_seed(20, 1))[0][0]
+        assert obs[1, 0] == FlakyEnv().reset(seed=restart_seed(11, 1))[0][0]  # (not 21)
+    finally:
+        envs.close()
+
+
+def test_close_after_a_restart_given_up_logs_no_failure_of_its_own_kill(tmp_path, caplog):
+    """A worker the library gave up on (its restart failed) is not asked to close its envs."""
+    flag = str(tmp_path / "no-replacement")
+    fns = [functools.partial(env_failing_once_flagged, flag, (0, 1), i) for i in range(4)]
+    envs = GymnasiumVectorEnv(fns, envs_per_worker=2, on_actor_failure="restart", timeout=20)
+    envs.reset(seed=0)
+    envs.set_attr("taken", [1, -100, -100, -100])  # worker 0 dies at its next step
+    open(flag, "w").close()  # and cannot be built again
+    with pytest.raises(EnvCrashedError, match=r"env 0 failed in `step`"):
+        envs.step(np.ones(4, dtype=np.int64))
+    with caplog.at_level(logging.WARNING):
+        envs.close()
+    assert "failed `close`" not in caplog.text

@@ -317,12 +317,13 @@ def hand_out(
 
     The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
     carry) are delivered with it. A Ctrl-C before the result is made leaves the tickets in
-    flight and the reports owed, so the next call finds both: nothing a worker sent is dropped
-    on the way out, and a second Ctrl-C cannot cut that short: the guard undoes the hand-out
-    before it lets the first one out (`undo_on_interrupt`). (The ``except`` below undoes after
-    one that lands in the few bytecodes where the guard lets go; a second one within the next
-    few could cut that short.) Another error from `make` (a face refusing what came back) is
-    raised with the tickets taken, as the call's error; the reports stay owed.
+    flight and the reports owed (with no tickets, a lockstep call's: the reports its results
+    carried too), so the next call finds both: nothing a worker sent is dropped on the way out,
+    and a second Ctrl-C cannot cut that short: the guard undoes the hand-out before it lets the
+    first one out (`undo_on_interrupt`). (The ``except`` below undoes after one that lands in
+    the few bytecodes where the guard lets go; a second one within the next few could cut that
+    short.) Another error from `make` (a face refusing what came back) is raised with the
+    tickets taken, as the call's error; the reports stay owed.
     """
     taken: list[tuple[Ticket, str]] = []
     owed = None
@@ -330,14 +331,14 @@ def hand_out(
         with DEFERRED:
             taken = state.take(done) if done else []
             owed = lost_episodes.deliver(envs, done)
-            if taken or owed is not None:  # (else nothing to put back: a lockstep step's)
-                DEFERRED.undo_on_interrupt(_put_back, state, lost_episodes, taken, owed)
+            DEFERRED.undo_on_interrupt(_put_back, state, lost_episodes, taken, owed, envs, done)
             return make()
     except KeyboardInterrupt:
-        _put_back(state, lost_episodes, taken, owed)  # (done already, as a rule: then nothing)
+        _put_back(state, lost_episodes, taken, owed, envs, done)  # (done already, as a rule)
         raise
     except BaseException:
         lost_episodes.restore(owed)
+        lost_episodes.owe_again(envs)
         raise
 
 
@@ -346,12 +347,18 @@ def _put_back(
     lost_episodes: LostEpisodes,
     taken: list[tuple[Ticket, str]],
     owed: np.ndarray | None,
+    envs: Iterable[int] | None,
+    done: Sequence[Ticket],
 ) -> None:
     """Undo a hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again.
 
-    All or nothing, and once: a second run finds `taken` emptied and restores the same reports.
+    With no tickets (`done`: a lockstep call's results, dropped), the envs `envs` owe what
+    those results carried. All or nothing, and once: a second run finds `taken` emptied and
+    restores and owes the same reports.
     """
     with DEFERRED:
         state.put_in_flight(taken)
         taken.clear()
         lost_episodes.restore(owed)
+        if not done:
+            lost_episodes.owe_again(envs)

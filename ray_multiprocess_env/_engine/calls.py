@@ -236,12 +236,17 @@ class Calls:
         return TimeoutError(f"`close` timed out after {seconds} s: env(s) {late} did not answer.")
 
     def abandon(self, call: Call) -> None:
-        """Give `call` up: replies still to come for it are dropped."""
+        """Give `call` up: replies still to come for it are dropped.
+
+        The reports its steps carried are owed (`LostEpisodes.owe_tickets`): it did not
+        reach the user.
+        """
         if not call.has_tickets:  # (a lane step: nothing waits for its replies already)
             return
         for ticket in call.tickets:
             if ticket.outcome is None and ticket.transport is not None:
                 ticket.transport.forget(ticket)
+        self.pool.lost_episodes.owe_tickets(call.tickets)
 
     # -- judging outcomes (the one place that decides: result, restart or raise) -------------
     def judge(
@@ -292,17 +297,20 @@ class Calls:
     def _replace(self, call: Call, lost: list[Ticket], deadline: float | None) -> None:
         """Restart the workers of `lost` tickets and give each ticket its replacement's answer.
 
-        Everything (placing, starting, connecting, the replacements' answers) ends by `deadline`.
+        Placing, starting and connecting each end by `deadline`, or after `restart_bound` if
+        that is later (a process start takes seconds on a busy machine, whatever the call's
+        `timeout`); the replacements' answers by `deadline`, or `bound` after the restarts.
         """
         retries: list[Ticket] = []
         pool = self.pool
+        start_by = _later(deadline, deadline_in(pool.options.restart_bound))
         try:
             for ticket in lost:
                 if ticket.outcome is None and ticket.transport is not None:
                     ticket.transport.forget(ticket)
                 why = "did not answer in time" if ticket.outcome is None else "died"
                 cause = ticket.outcome.error if ticket.outcome is not None else None
-                pool.restart(ticket.worker, ticket.generation, call.label, why, cause, deadline)
+                pool.restart(ticket.worker, ticket.generation, call.label, why, cause, start_by)
                 worker = pool.workers[ticket.worker]
                 retry = Ticket(
                     ticket.worker,
@@ -316,7 +324,8 @@ class Calls:
                     pool.lost_episodes.rearm(worker.transport, retry, worker.envs.start)
                     worker.transport.submit(retry)
                     retries.append(retry)
-            wait_tickets(retries, deadline, len(retries))
+            answer_by = _later(deadline, deadline_in(pool.options.bound))
+            wait_tickets(retries, answer_by, len(retries))
         except BaseException:  # (interrupted, or a restart failed: the reports stay owed)
             for ticket, retry in zip(lost, retries, strict=False):  # the answers already in
                 if retry.outcome is not None and not retry.outcome.died:
@@ -359,6 +368,11 @@ class Calls:
         error = kind(first_envs[0], call.label, first_error, env_indices=indices)
         error.__cause__ = first_error
         return error
+
+
+def _later(deadline: float | None, other: float | None) -> float | None:
+    """The later of two deadlines (None: no deadline, the latest of all)."""
+    return None if deadline is None or other is None else max(deadline, other)
 
 
 def partial_replies(call: Call) -> dict[int, Any] | None:

@@ -113,8 +113,8 @@ class Engine(StepVerbs):
             workers_here = sum(w.node_id == here for w in pool.workers)
             driver_threads.add_workers(workers_here)  # (counted only if it returns)
             self._workers_here = workers_here
-        except BaseException:
-            self.close()
+        except BaseException as error:
+            self.abort(error)
             raise
 
     @classmethod
@@ -302,13 +302,13 @@ class Engine(StepVerbs):
         return self._calls.run(op, [()] * len(self._pool.workers), op)
 
     # -- close ----------------------------------------------------------------------------------
-    def close(self, *, kill: bool = True) -> None:
+    def close(self, *, kill: bool = True, close_envs: bool = True) -> None:
         """Close every env, then kill the workers; bounded in time, idempotent.
 
         An env whose ``close`` fails or does not answer in time is logged and its worker
         killed anyway; with ``kill=False`` (the user keeps the actors) the failure is raised.
-        A Ctrl-C that stops it before the workers are released leaves the rest to the next
-        ``close``.
+        With ``close_envs=False`` the envs are not asked (`abort`). A Ctrl-C that stops it
+        before the workers are released leaves the rest to the next ``close``.
         """
         if self._released:
             return
@@ -318,7 +318,7 @@ class Engine(StepVerbs):
                 if pending is not None:
                     self._calls.abandon(pending)
                 self._calls.abandon(Call("close", "close", [t for t, _ in in_flight]))
-                if self._pool.launcher.reachable():
+                if close_envs and self._pool.launcher.reachable():
                     self._close_envs(kill)
         finally:
             with deferred_interrupts():  # all or nothing: no worker left running
@@ -332,6 +332,14 @@ class Engine(StepVerbs):
                 driver_threads.remove_workers(self._workers_here)
                 self._workers_here = 0
                 self._released = True
+
+    def abort(self, error: BaseException) -> None:
+        """`close` after a start that `error` cut short: at once if it is a Ctrl-C.
+
+        The user who pressed it waits for no env's ``close`` (an env may be what hangs); the
+        workers are killed with their envs.
+        """
+        self.close(close_envs=not isinstance(error, KeyboardInterrupt))
 
     # -- helpers -----------------------------------------------------------------------------
     def _beside_pending(self, name: str) -> None:

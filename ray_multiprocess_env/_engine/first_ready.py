@@ -139,8 +139,8 @@ class FirstReadyVerbs:
         before it returns leaves the results in flight for the next `recv` (`hand_out`). Its
         errors and timeouts speak the face's words (`InFlightWords`: `recv`, `nothing`, `again`).
 
-        A Ctrl-C in the wait leaves every call in flight; in a restart, every call but the
-        lost worker's (whose envs report their lost episodes at their next step).
+        A Ctrl-C in the wait or in a restart leaves every call in flight: the next `recv`
+        restarts a worker still lost and returns its envs with their lost-episode reports.
 
         Raises:
             TimeoutError: Names the envs still out; they stay in flight.
@@ -222,7 +222,9 @@ class FirstReadyVerbs:
         ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
         try:
             values = self._calls.judge(call, seconds, False, deadline=ends)
-        except BaseException:  # (an env error, or Ctrl-C in a restart) the envs that raised
+        except KeyboardInterrupt:  # (in a restart) every call stays in flight: the next
+            raise  # `recv` restarts what is still lost, and returns every env
+        except BaseException:  # (an env error, or a restart that failed) the envs that raised
             # or were lost leave flight (a lost worker's report stays owed); the others'
             # answers wait for the next `recv`
             failed = [t for t, _ in done if t.outcome is None or not t.outcome.ok]

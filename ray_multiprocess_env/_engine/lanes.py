@@ -32,6 +32,7 @@ import numpy as np
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lane_set import Lane, LaneSet, Polled
+from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
@@ -168,6 +169,11 @@ def _worker_of(item: tuple[Lane, Any]) -> int:
     """The worker of a ``(lane, rows)`` pair of `Lanes.rung`: what `Lanes._some` sorts by."""
     worker: int = item[0].worker
     return worker
+
+
+def _owe_lanes(lost_episodes: LostEpisodes, lanes: list[Lane]) -> None:
+    """The envs of `lanes` owe what the step given up carried (`Lanes.owe_on_interrupt`)."""
+    lost_episodes.owe_again([env for lane in lanes for env in range(lane.start, lane.stop)])
 
 
 class Lanes:
@@ -321,7 +327,17 @@ class Lanes:
         judge (its tickets are made then). A Ctrl-C while it waits gives the call up.
         """
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
+            self.owe_on_interrupt(call)
             return self.wait_held(call, deadline)
+
+    def owe_on_interrupt(self, call: Call) -> None:
+        """If a Ctrl-C ends the caller's block, `call`'s envs owe what their step carried.
+
+        Its replies are dropped then (`LostEpisodes.owe_again`). Call it in that block.
+        """
+        step = call.lanes
+        if type(step) is LaneCall and step.op == "step":
+            DEFERRED.undo_on_interrupt(_owe_lanes, self._pool.lost_episodes, step.lanes)
 
     def wait_held(self, call: Call, deadline: float | None) -> bool:
         """`wait`, in the caller's block that holds interrupts back (the outermost one).

@@ -1,14 +1,20 @@
 """Lost-episode reports the driver still owes the user, until a call hands them over.
 
 When a worker is lost and restarted, each of its envs reports its lost episode as truncated
-(``info["env_crashed"]``) at its next step. That report belongs to the env, not to the call
-that first carried it: the call may still fail for another env's error, be interrupted, or see
-another restart fail, and then the report never reaches the user. So the pool marks every env
-of a restarted worker as owed (`LostEpisodes.owe`); a verb that returns an env's step (or
-resets it) settles it (`LostEpisodes.deliver`); and until then every step sent to an owed
-env is preceded by a ``rearm`` operation, on which the worker restores a report it already sent
-(`WorkerBatch.rearm`). A worker runs its operations in order, so the step that follows reports
-the lost episode again, never an env stepped past it.
+(``info["env_crashed"]``) at its next step; an env rebuilt in its worker after it raised
+(``on_env_error="restart"``) reports its episode so at the step that rebuilt it
+(``info["env_error"]``). That report belongs to the env, not to the call that first carried
+it: the call may still fail for another env's error, be interrupted, or see another restart
+fail, and then the report never reaches the user. The one rule: a report reaches the user once,
+in the results of a call that returns (a failed step's ``error.results`` mark it as pending,
+`RemoteEnvError`). So the pool marks every env of a restarted worker as owed
+(`LostEpisodes.owe`), a step given up before its results reached the user marks its envs
+(`LostEpisodes.owe_again`: the driver need not know whether a report was in it), a verb that
+returns an env's step (or resets it) settles it (`LostEpisodes.deliver`), and until then every
+step sent to an owed env is preceded by a ``rearm`` operation, on which the worker restores the
+report its last step of that env sent, if any (`WorkerBatch.rearm`). A worker runs its
+operations in order, so the step that follows reports the lost episode again, never an env
+stepped past it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,24 @@ class LostEpisodes:
         self._owed[envs.start : envs.stop] = True
         self._since[envs.start : envs.stop] = generation
         self.any = True
+
+    def owe_again(self, envs: Iterable[int] | None) -> None:
+        """A step of `envs` (None: every env) was given up before the user had its results.
+
+        Whatever report it carried is owed (the worker keeps it until the env's next step);
+        an env owed already keeps the worker generation that owes it.
+        """
+        if envs is None:
+            self._owed[:] = True
+        else:
+            self._owed[np.fromiter(envs, dtype=np.int64)] = True
+        self.any = True
+
+    def owe_tickets(self, tickets: Iterable[Ticket]) -> None:
+        """The steps of `tickets` that were sent were given up: `owe_again` their envs."""
+        envs = [env for t in tickets if t.transport is not None and _steps(t) for env in t.envs]
+        if envs:
+            self.owe_again(envs)
 
     def deliver(
         self, envs: Iterable[int] | None = None, tickets: Sequence[Ticket] = ()

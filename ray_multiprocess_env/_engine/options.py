@@ -170,6 +170,14 @@ class Options:
         return DEFAULT_BOUND_S if self.timeout is None else self.timeout
 
     @property
+    def restart_bound(self) -> float:
+        """Seconds a replacement worker's start may take: `bound`, at least `MIN_START_S`.
+
+        A replacement is a process start like the first, on a machine that may be busy.
+        """
+        return max(self.bound, MIN_START_S)
+
+    @property
     def start_bound(self) -> float | None:
         """Seconds the workers' first start may take: `timeout`, at least 30 s; None: no bound."""
         return None if self.timeout is None else max(self.timeout, MIN_START_S)

@@ -247,9 +247,14 @@ class Pool:
         worker.lost = True
 
     def close_envs(self, seconds: float) -> list[Ticket]:
-        """Ask every worker to close its envs; the tickets that failed or are late."""
+        """Ask every worker to close its envs; the tickets that failed or are late.
+
+        A worker given up (`give_up`: killed by the library, with no replacement) is not asked.
+        """
         tickets = []
         for worker in self.workers:
+            if worker.lost:
+                continue
             ticket = Ticket(worker.index, worker.generation, "close", (), tuple(worker.envs))
             worker.transport.submit(ticket)
             tickets.append(ticket)

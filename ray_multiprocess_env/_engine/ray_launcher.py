@@ -281,11 +281,12 @@ class RayLauncher:
         placement = self.options.placement
         where = f" with `placement={placement!r}`" if placement is not None else ""
         envs = [i for worker in workers for i in worker.envs]
-        within = (
-            f"within {self.options.start_bound:g} s"
-            if label == "start" and self.options.start_bound is not None
-            else "before the call's `timeout` ran out"
-        )
+        if label != "start":  # (a restart: `Calls._replace` gives it `restart_bound`)
+            within = f"within {self.options.restart_bound:g} s of the restart"
+        elif self.options.start_bound is not None:
+            within = f"within {self.options.start_bound:g} s"
+        else:
+            within = "before the call's `timeout` ran out"
         return (
             f"`{label}`: the worker(s) of env(s) {envs} did not start {within}{where}; the "
             "cluster has "

@@ -43,11 +43,15 @@ class SeedBook:
     def sent(self, seeds: Sequence[int | None], envs: Iterable[int]) -> None:
         """A reset of `envs` with `seeds` (`for_reset`'s) was sent: their kept seeds are used up.
 
-        Every seed given becomes its env's last.
+        The seed given to each of `envs` becomes its last (an env the reset left out keeps
+        its own: a later restart derives its seed from a seed that env used).
         """
+        last, kept = self.last, self._kept
         for env in envs:
-            self._kept[env] = None
-        self.note(seeds)
+            kept[env] = None
+            seed = seeds[env]
+            if seed is not None:
+                last[env] = seed
 
     def note(self, seeds: Sequence[int | None]) -> None:
         """Remember each env's last seed."""

@@ -57,10 +57,11 @@ class StepVerbs(FirstReadyVerbs):
         # coming while it waits, comes through in `poll` (`Lanes.wait_held`) and gives the step
         # up; one after the last `poll` is raised at the block's end, once the face has its
         # results made (its bookkeeping as the envs are). Nothing is taken out of the call
-        # state on this road and no report is owed (else `plan` leaves the step to the slow
-        # path), so there is nothing to put back.
+        # state on this road, and no report was owed (else `plan` leaves the step to the
+        # slow path): a step given up owes only what its own replies carried.
         with DEFERRED:
             call = lanes.ring(plan, "step")
+            lanes.owe_on_interrupt(call)
             if lanes.wait_held(call, deadline):
                 batch = lanes.batch(call)
                 return hand_out(

@@ -7,11 +7,11 @@ them per env. An env that raises keeps its state and the others go on; the failu
 raised together afterwards with the reply of the others, unless the env is to be rebuilt
 (``on_env_error="restart"``): then it is built again from its factory and reset, and its
 episode is reported as truncated with ``info["env_error"]``. A worker that replaced a lost one
-reports each lost episode at that env's next step. A report stays with the env after it is sent
-(`WorkerBatch.reported`, until the env is reset): if the call that carried a lost worker's
-report never reached the user (another env's error, an interrupt, a restart that failed), the
-driver has it sent again (`WorkerBatch.rearm`). (The driver does not know of an env rebuilt
-here, so an ``env_error`` report of a call that fails is not sent again.)
+reports each lost episode at that env's next step. A report stays with the env after it is sent,
+until the env's next step or reset (`WorkerBatch.reported`): if the step that carried it never
+reached the user (another env's error, an interrupt, a restart that failed), the driver has it
+sent again (`WorkerBatch.rearm`) before the env's next step, for a lost worker's report
+(``env_crashed``) and a rebuilt env's (``env_error``) alike.
 
 A plain class, not the actor: Ray wraps every method of an actor class for tracing, which
 would cost a little on each env of each step. This module imports nothing of the driver side.
@@ -84,9 +84,10 @@ class WorkerBatch:
         self._env_infos: dict[int, dict[str, Any]] = {}
         self._autoreset = [False] * len(envs)
         # (obs, reset info, old_api, why) of a lost episode, until it is reported; then kept in
-        # `reported` until the env is reset (the driver may ask for it again: `rearm`)
+        # `reported` until the env's next step or reset (the driver may ask for it: `rearm`)
         self.lost: list[Any] = [None] * len(envs)
         self.reported: list[Any] = [None] * len(envs)
+        self.any_reported = False  # whether `reported` holds any (read once per step)
         self._action_space: Any = getattr(envs[0], "action_space", None)
         self._action_batches: dict[int, Any] = {}
 
@@ -100,10 +101,11 @@ class WorkerBatch:
                 self._rebuild.seeds[k] = seeds[k]
 
     def rearm(self, positions: Sequence[int]) -> None:
-        """Report again the lost episodes of the envs at `positions` that were reported.
+        """Report again the lost episodes that the last step of the envs at `positions` sent.
 
-        The driver asks this when the call that carried a report did not reach the user; an
-        env reset since has no report to give (nor one still to send: it is kept).
+        The driver asks this before the next step of envs whose last step did not reach the
+        user; an env whose last step sent no report, or that was reset since, has none to
+        give (nor one still to send: it is kept).
         """
         for k in positions:
             if self.lost[k] is None and self.reported[k] is not None:
@@ -113,7 +115,18 @@ class WorkerBatch:
         """Env `k`'s lost episode, reported now (and kept in `reported`)."""
         report = self.reported[k] = self.lost[k]
         self.lost[k] = None
+        self.any_reported = True
         return report  # type: ignore[no-any-return]
+
+    def forget_reports(self, positions: Sequence[int] | None) -> None:
+        """The envs at `positions` (None: all) step again: their last reports reached the user.
+
+        (The driver sends a `rearm` first where one did not.)
+        """
+        reported = self.reported
+        for k in range(len(reported)) if positions is None else positions:
+            reported[k] = None
+        self.any_reported = any(report is not None for report in reported)
 
     def note_seed(self, k: int, seed: Any) -> None:
         """Env `k` was seeded with `seed` by its own ``seed`` method (old gym): rebuilds use it."""
@@ -162,6 +175,8 @@ class WorkerBatch:
         rows = self.rows
         if actions is None:
             actions = rows.actions(positions)
+        if self.any_reported:
+            self.forget_reports(positions)
         self._start(positions)
         failures, old_api = [], False
         add = self.batcher.add if self._batched_infos else self._add_info  # (once per call)

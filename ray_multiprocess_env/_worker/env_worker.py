@@ -252,10 +252,13 @@ class EnvWorker:
         ):
             if args is None:
                 continue
-            if method == "step" and self._batch.lost[k] is not None:
-                obs, info, old_api, _ = self._batch.take_lost(k)
-                results[k] = crashed_step(obs if old_api else (obs, info))
-                continue
+            if method == "step":
+                if self._batch.lost[k] is not None:
+                    obs, info, old_api, _ = self._batch.take_lost(k)
+                    results[k] = crashed_step(obs if old_api else (obs, info))
+                    continue
+                if self._batch.any_reported:
+                    self._batch.forget_reports((k,))
             try:
                 function = _ATTRIBUTE_METHODS.get(method)
                 if function is not None:

@@ -191,10 +191,33 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
             return wait()
         except RemoteEnvError as error:
             if error._batch is not None:  # every worker answered: what the step gave
-                error.results = self._results(error._batch)
-                error.results[4]["env_error"] = np.isin(np.arange(self.num_envs), error.env_indices)
-                error.results[4]["_env_error"] = np.ones(self.num_envs, dtype=np.bool_)
+                error.results = self._failed_results(error._batch, error.env_indices)
             raise
+
+    def _failed_results(self, batch: Batch, failed_envs: Sequence[int]) -> StepReturn:
+        """`RemoteEnvError.results`: what a failed step gave, with no lost-episode report in it.
+
+        The step did not reach the user, so the reports in it stay owed and the next step of
+        each env delivers them (the one rule, `lost_episodes.py`): such an env is shown not
+        done, marked in ``infos["lost_episode_pending"]``; ``infos["env_error"]`` marks the
+        envs that failed.
+        """
+        observations, rewards, terminations, truncations, infos = self._results(batch)
+        every = np.ones(self.num_envs, dtype=np.bool_)
+        failed = np.isin(np.arange(self.num_envs), failed_envs)
+        pending = np.zeros(self.num_envs, dtype=np.bool_)
+        for key in ("env_crashed", "env_error"):
+            infos.pop(key, None)
+            pending |= np.asarray(infos.pop(f"_{key}", False), dtype=np.bool_)
+        pending &= ~failed
+        truncations[pending] = False
+        for key in ("_final_obs", "_final_info"):  # (same-step autoreset: no episode ended)
+            if key in infos:
+                infos[key] = infos[key] & ~pending
+        self._finished = terminations | truncations
+        infos["env_error"], infos["_env_error"] = failed, every
+        infos["lost_episode_pending"], infos["_lost_episode_pending"] = pending, every.copy()
+        return observations, rewards, terminations, truncations, infos
 
     def _results(self, batch: Batch) -> StepReturn:
         rewards, terminations, truncations = batch.arrays()

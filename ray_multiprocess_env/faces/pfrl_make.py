@@ -99,8 +99,8 @@ def from_env_fns(
     if seed is not None:
         try:
             vec.seed(seed)
-        except BaseException:
-            vec.close()
+        except BaseException as error:
+            vec._engine.abort(error)
             raise
     return vec
 

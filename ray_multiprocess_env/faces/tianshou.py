@@ -144,8 +144,9 @@ class TianshouVectorEnv(BaseVectorEnv):
         if seed is not None:
             try:
                 self.seed(seed)
-            except BaseException:
-                self.close()
+            except BaseException as error:
+                self._engine.abort(error)
+                self.is_closed = True
                 raise
 
     # -- Tianshou's vector env interface --------------------------------------------------------

@@ -115,6 +115,28 @@ def test_a_subset_step_restarts_a_late_worker_as_a_full_step_does():
         assert envs.step(np.array([1, 1]), [3, 1])[0][:, 0].tolist() == [2.0, 1.0]
 
 
+@pytest.mark.parametrize("ids", [None, [1, 0]])
+def test_a_late_worker_is_replaced_even_when_the_timeout_is_shorter_than_a_start(ids):
+    """`timeout=0.5` (less than a worker's start takes): the late worker is still replaced.
+
+    The replacement gets as long as a first start to start (`timeout`, at least 30 s), and the
+    call returns with env 0 reported as a lost episode, in a full step and in `step(action,
+    id)`; the next call works.
+    """
+    envs = TianshouVectorEnv(
+        [FlakyEnv] * 4, envs_per_worker=1, timeout=0.5, on_actor_failure="restart"
+    )
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("delay", 60.0, id=[0])
+        order = [0, 1, 2, 3] if ids is None else ids
+        _, _, _, truncated, infos = envs.step(np.ones(len(order), dtype=np.int64), ids)
+        assert truncated.tolist() == [env == 0 for env in order]
+        assert [bool(info.get("env_crashed")) for info in infos] == [env == 0 for env in order]
+        obs, *_ = envs.step(np.ones(len(order), dtype=np.int64), ids)
+        assert obs[order.index(1), 0] == 2.0
+
+
 @pytest.mark.in_process
 def test_an_async_steps_errors_speak_of_step_the_users_call():
     """In async mode the user calls `step`, never `send` or `recv`: every error says `step`.
