@@ -29,6 +29,8 @@ __all__ = [
 
 
 _NESTED = (spaces.Dict, spaces.Tuple)
+#: The spaces whose every value has the space's own shape: a batch of n is an array (n, *shape).
+_SHAPED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
 def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
@@ -149,18 +151,32 @@ def batch_length(space: spaces.Space[Any] | None, batch: Any) -> int | None:
 
 
 def check_rows(
-    space: spaces.Space[Any] | None, argument: str, batch: Any, rows: int, each: str
+    space: spaces.Space[Any] | None,
+    argument: str,
+    batch: Any,
+    rows: int,
+    each: str,
+    *,
+    also: str = "",
 ) -> None:
     """Check that `batch` (of the single-env `space`) has `rows` rows, one per `each`.
 
-    With `space` None, `batch` is a sequence of single values (SB3's form of actions).
+    With `space` None, `batch` is a sequence of single values (SB3's form of actions). An
+    array for a space whose values all have one shape (Box, Discrete, MultiDiscrete,
+    MultiBinary) must have the shape ``(rows, *space.shape)``. `also` ends the message of an
+    error (a sentence on the face's own check).
 
     Raises:
         TypeError: `batch` is a single value, not a batch (as ``step(0)`` passes).
-        ValueError: It holds another number of rows (or its parts disagree).
+        ValueError: It holds another number of rows (or its parts disagree), or an array of
+            another shape.
     """
     length = batch_length(space, batch)
     if length == rows:
+        if type(batch) is np.ndarray and isinstance(space, _SHAPED):
+            expected = (rows, *(space.shape or ()))
+            if batch.shape != expected:
+                raise ValueError(_wrong_shape(space, argument, batch, expected, each) + also)
         return
     if length is None and not isinstance(batch, (Mapping, list, tuple)) and np.ndim(batch) == 0:
         raise TypeError(
@@ -168,8 +184,30 @@ def check_rows(
             f"value {batch!r}; nothing was sent."
         )
     held = f"holds {length} actions" if length is not None else "has parts of different lengths"
+    shaped = (
+        f": an array of shape {(rows, *(space.shape or ()))} for {space}"
+        if isinstance(space, _SHAPED)
+        else ""
+    )
     raise ValueError(
-        f"`{argument}` {held} but {rows} are needed (one per {each}); nothing was sent."
+        f"`{argument}` {held} but {rows} are needed (one per {each}{shaped}); nothing was sent."
+        + also
+    )
+
+
+def _wrong_shape(
+    space: spaces.Space[Any], argument: str, batch: np.ndarray, expected: tuple[int, ...], each: str
+) -> str:
+    """The message for an array of actions whose rows do not have the shape of `space`."""
+    fix = (
+        f" `{argument}.reshape({expected})` makes it one;"
+        if batch.size == int(np.prod(expected))
+        else ""
+    )
+    return (
+        f"`{argument}` has shape {batch.shape}, but {expected[0]} actions of {space} (one per "
+        f"{each}, each of shape {space.shape}) make an array of shape {expected};{fix} "
+        "nothing was sent."
     )
 
 

@@ -8,7 +8,7 @@ wrong on the remote side. Each names the env index and the method, and is chaine
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
@@ -21,6 +21,27 @@ __all__ = [
     "RemoteEnvError",
     "SpacesMismatchError",
 ]
+
+
+def env_list(indices: Iterable[int]) -> str:
+    """Env indices as a message shows them: runs of three or more as ranges.
+
+    Example:
+        >>> env_list([0, 1, 2, 3, 5, 7, 8])
+        '[0-3, 5, 7, 8]'
+    """
+    parts: list[str] = []
+    run: list[int] = []
+    for index in [*indices, None]:
+        if run and index is not None and index == run[-1] + 1:
+            run.append(index)
+            continue
+        if len(run) >= 3:
+            parts.append(f"{run[0]}-{run[-1]}")
+        else:
+            parts.extend(str(i) for i in run)
+        run = [] if index is None else [index]
+    return f"[{', '.join(parts)}]"
 
 
 class RemoteEnvError(RuntimeError):
@@ -52,7 +73,9 @@ class RemoteEnvError(RuntimeError):
         cause: BaseException,
         *,
         env_indices: Sequence[int] | None = None,
+        num_envs: int | None = None,
     ) -> None:
+        self._num_envs = num_envs  # (of the vector env, where known: for the hint)
         self.env_index = env_index
         self.method = method
         self.env_indices = tuple(env_indices) if env_indices is not None else (env_index,)
@@ -61,20 +84,41 @@ class RemoteEnvError(RuntimeError):
         self.results: Any = None
         self._batch: Any = None  # the engine's record of what a failed step gave
         others = [i for i in self.env_indices if i != env_index]
-        also = f" (env(s) {others} failed in the same call too)" if others else ""
+        also = f" (env(s) {env_list(others)} failed in the same call too)" if others else ""
         super().__init__(
             f"env {env_index} failed in `{method}`{also}: {_describe(cause)}\n"
             f"{self._hint()} The remote traceback is in this error's `__cause__`."
         )
 
     def _hint(self) -> str:
-        return f"The other envs keep their state; reset env {self.env_index} to use it again."
+        failed = sorted(set(self.env_indices))
+        reset = (
+            f"reset env {failed[0]} to use it again."
+            if len(failed) == 1
+            else f"reset envs {env_list(failed)} to use them again."
+        )
+        if self._num_envs is None or len(failed) >= self._num_envs:
+            return reset[0].upper() + reset[1:]
+        return f"The other envs keep their state; {reset}"
+
+    def _none_started(self) -> str:
+        """The envs a failed start leaves unmade: all of them (the workers are stopped)."""
+        every = f" {env_list(range(self._num_envs))}" if self._num_envs is not None else ""
+        return f"none of the envs{every} started (every worker was stopped)"
 
 
 class EnvCrashedError(RemoteEnvError):
     """The actor holding an env died (its process crashed, was killed, or its `__init__` failed)."""
 
     def _hint(self) -> str:
+        if "its factory raised" in self.remote_traceback:
+            hint = (
+                "An env factory raised in its worker: fix the factory, or what it needs where "
+                "the worker runs (files, a display, modules); "
+            )
+            if self.method == "start":
+                return hint + f"{self._none_started()}. Then make the vector env again."
+            return hint + "the next call tries to restart the worker again."
         hint = (
             f"The actor of env {self.env_index} is gone and its env state with it; "
             "create a new actor (or a new vector env) to continue."

@@ -124,6 +124,37 @@ def test_several_failing_envs_are_all_named(layout):
             vec.step([-1, 0, -2])
 
 
+@pytest.mark.in_process
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_hint_speaks_of_other_envs_only_where_there_are_some(layout):
+    """One env of three failed: the others keep their state; all failed: only the reset."""
+    with flaky_vec(3, layout) as vec:
+        vec.reset()
+        with pytest.raises(RemoteEnvError) as one:
+            vec.step([1, -1, 1])
+        assert "The other envs keep their state; reset env 1 to use it again." in str(one.value)
+        with pytest.raises(RemoteEnvError) as every:
+            vec.step([-1, -1, -1])
+        message = str(every.value)
+        assert "(env(s) [1, 2] failed in the same call too)" in message
+        assert "Reset envs [0-2] to use them again." in message
+        assert "other envs" not in message
+
+
+def test_many_failed_envs_are_listed_as_ranges():
+    """Envs 1 to 6 and 8 of ten failed in one step: the message shows ``[2-6, 8]``."""
+    with RayVectorEnv.from_env_fns([FlakyEnv] * 10, envs_per_worker=5) as vec:
+        vec.reset()
+        actions = [1, -1, -1, -1, -1, -1, -1, 1, -1, 1]
+        with pytest.raises(RemoteEnvError) as info:
+            vec.step(actions)
+        assert info.value.env_indices == (1, 2, 3, 4, 5, 6, 8)
+        assert "env 1 failed in `step` (env(s) [2-6, 8] failed in the same call too)" in str(
+            info.value
+        )
+        assert "reset envs [1-6, 8] to use them again." in str(info.value)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_timeout_names_the_slow_env(caplog, layout):
     """A call that outlives `timeout` raises TimeoutError naming the env; close() still works.

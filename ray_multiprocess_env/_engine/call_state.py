@@ -19,7 +19,12 @@ from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupt
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env._engine.words import SEND_RECV, InFlightWords
-from ray_multiprocess_env.errors import ClosedEnvError, NoPendingCallError, PendingCallError
+from ray_multiprocess_env.errors import (
+    ClosedEnvError,
+    NoPendingCallError,
+    PendingCallError,
+    env_list,
+)
 
 __all__ = ["Call", "CallState", "LaneSent", "LazyTickets", "State", "T", "as_is", "hand_out"]
 
@@ -174,7 +179,7 @@ class CallState:
             )
         if not in_flight_ok:
             words = self.words
-            message = words.busy_all.format(verb=name, envs=self.busy_envs())
+            message = words.busy_all.format(verb=name, envs=env_list(self.busy_envs()))
             raise PendingCallError(message, words.send)
         if self.sent:  # (the verb reads the pipes, where their replies come)
             self.make_tickets()

@@ -25,6 +25,7 @@ from ray_multiprocess_env.errors import (
     RemoteEnvError,
     SpacesMismatchError,
     _EnvFailures,
+    env_list,
 )
 
 __all__ = [
@@ -68,7 +69,7 @@ class Calls:
                 encoded.append(worker.transport.encode(ticket))
             except Exception as err:
                 raise TypeError(
-                    f"the arguments of `{label}` for env(s) {list(envs)} cannot be serialized "
+                    f"the arguments of `{label}` for env(s) {env_list(envs)} cannot be serialized "
                     f"({type(err).__name__}: {err}); nothing was sent."
                 ) from err
             tickets.append(ticket)
@@ -232,7 +233,7 @@ class Calls:
         errors = [t for t in failed if t.outcome is not None]
         if errors:
             return self.error(Call("close", "close", failed), errors)
-        late = sorted(i for t in failed for i in t.envs)
+        late = env_list(sorted(i for t in failed for i in t.envs))
         return TimeoutError(f"`close` timed out after {seconds} s: env(s) {late} did not answer.")
 
     def abandon(self, call: Call) -> None:
@@ -288,7 +289,8 @@ class Calls:
                 else " Their call is still running: the next call to them waits behind it."
             )
             raise TimeoutError(
-                f"`{call.label}` timed out after {seconds} s: env(s) {late} did not answer."
+                f"`{call.label}` timed out after {seconds} s: env(s) {env_list(late)} did not "
+                "answer."
                 f"{again} Raise `timeout` if the env is slow, or close this vector env "
                 "(`on_actor_failure='restart'` restarts such workers instead)."
             )
@@ -365,7 +367,9 @@ class Calls:
         first_envs, first_error, _ = named[0]
         kind = EnvCrashedError if any(died for _, _, died in named) else RemoteEnvError
         indices = [i for envs, _, _ in named for i in envs]
-        error = kind(first_envs[0], call.label, first_error, env_indices=indices)
+        error = kind(
+            first_envs[0], call.label, first_error, env_indices=indices, num_envs=self.pool.num_envs
+        )
         error.__cause__ = first_error
         return error
 

@@ -29,7 +29,7 @@ from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env.compat import reset_as_step
-from ray_multiprocess_env.errors import _EnvFailures
+from ray_multiprocess_env.errors import _EnvFailures, env_list
 
 __all__ = ["FirstReadyVerbs"]
 
@@ -212,7 +212,7 @@ class FirstReadyVerbs:
             if settled == progress:  # the last wait ended at the deadline with nothing new
                 late = sorted(i for t in tickets if t.outcome is None for i in t.envs)
                 raise TimeoutError(
-                    f"`{words.recv}` timed out after {seconds} s: env(s) {late} did not "
+                    f"`{words.recv}` timed out after {seconds} s: env(s) {env_list(late)} did not "
                     f"answer. They stay in flight: {words.again}, or close this vector env."
                 )
             progress = settled

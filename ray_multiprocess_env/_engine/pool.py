@@ -19,7 +19,7 @@ from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.base import Ticket, Transport, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
-from ray_multiprocess_env.errors import EnvCrashedError
+from ray_multiprocess_env.errors import EnvCrashedError, env_list
 
 __all__ = ["Launcher", "Pool", "Worker", "worker_layout"]
 
@@ -207,13 +207,13 @@ class Pool:
         if limit is not None and restarts >= limit:
             envs = list(worker.envs)
             budget = RuntimeError(
-                f"the worker of env(s) {envs} {why} after {restarts} restart(s), "
+                f"the worker of env(s) {env_list(envs)} {why} after {restarts} restart(s), "
                 f"the most `max_restarts={limit}` allows (raise it, or pass None for no limit)"
             )
             budget.__cause__ = cause
             raise EnvCrashedError(worker.envs.start, label, budget, env_indices=envs) from budget
         logger.warning(
-            "The worker of env(s) %s %s in `%s`; restarting it.", list(worker.envs), why, label
+            "The worker of env(s) %s %s in `%s`; restarting it.", env_list(worker.envs), why, label
         )
         self.lost_episodes.owe(worker.envs, worker.generation + 1)  # (until handed over)
         self.launcher.kill(worker, wait_gone=self.shared is not None and bool(self.shared.spec))

@@ -35,7 +35,7 @@ from ray_multiprocess_env._engine.transports.tcp import (
 from ray_multiprocess_env._engine.worker_spin import spin_by_node
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env._worker.env_worker import EnvWorker
-from ray_multiprocess_env.errors import EnvCrashedError
+from ray_multiprocess_env.errors import EnvCrashedError, env_list
 from ray_multiprocess_env.placement import PlacementPlan, plan_placement
 from ray_multiprocess_env.runtime import ensure_runtime
 
@@ -126,7 +126,10 @@ class RayLauncher:
             raise TimeoutError(self._late_start(workers, label)) from None
         except RayError as err:
             failed = next(w for w, r in zip(workers, refs, strict=True) if _failed(r))
-            raise EnvCrashedError(failed.envs.start, label, err, env_indices=failed.envs) from err
+            every = workers[-1].envs.stop if label == "start" else None  # (all: at the start)
+            raise EnvCrashedError(
+                failed.envs.start, label, err, env_indices=failed.envs, num_envs=every
+            ) from err
 
     def _infeasible(
         self, workers: Sequence[Worker], refs: list[Any], ready: list[Any]
@@ -151,10 +154,10 @@ class RayLauncher:
         envs = [i for worker in waiting for i in worker.envs]
         have = [{k: v for k, v in node.items() if not k.startswith("node:")} for node in nodes]
         return (
-            f"the worker(s) of env(s) {envs} ask for {asked} each (`actor_options`), which no "
-            f"node of the cluster has: its nodes have {have}. Ask for less, or add a node that "
-            "has them (on a cluster that adds nodes as needed, give a `timeout` long enough "
-            "for it)."
+            f"the worker(s) of env(s) {env_list(envs)} ask for {asked} each (`actor_options`), "
+            f"which no node of the cluster has: its nodes have {have}. Ask for less, or add a "
+            "node that has them (on a cluster that adds nodes as needed, give a `timeout` long "
+            "enough for it)."
         )
 
     def open(
@@ -288,8 +291,8 @@ class RayLauncher:
         else:
             within = "before the call's `timeout` ran out"
         return (
-            f"`{label}`: the worker(s) of env(s) {envs} did not start {within}{where}; the "
-            "cluster has "
+            f"`{label}`: the worker(s) of env(s) {env_list(envs)} did not start {within}{where}; "
+            "the cluster has "
             f"{ray.available_resources()} free of {ray.cluster_resources()}. "  # type: ignore[no-untyped-call]
             "Check that the placement can be satisfied (nodes, resources), or raise `timeout`."
         )

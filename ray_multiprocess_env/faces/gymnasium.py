@@ -27,7 +27,7 @@ from ray_multiprocess_env._engine.options import (
     check_seed_list,
 )
 from ray_multiprocess_env.batch import check_rows, copy_batch, read_only
-from ray_multiprocess_env.errors import RemoteEnvError
+from ray_multiprocess_env.errors import RemoteEnvError, env_list
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -103,6 +103,12 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         )
         self.autoreset_mode = checked.autoreset_mode
         self._check_actions = checked.check_actions
+        self._also = (  # (the end of a bad action batch's message)
+            ""
+            if self._check_actions
+            else " With `check_actions=True`, each action is also checked against "
+            "`single_action_space` before it is sent."
+        )
         self._engine = Engine.start(
             env_fns, envs_per_worker, checked, name=type(self).__name__, observation_mode=single
         )
@@ -172,7 +178,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         self._engine.step_async(actions)
 
     def _check_step(self, actions: Any) -> None:
-        check_rows(self.single_action_space, "actions", actions, self.num_envs, "env")
+        check_rows(
+            self.single_action_space, "actions", actions, self.num_envs, "env", also=self._also
+        )
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._check_not_finished(range(self.num_envs))
         if self._check_actions:
@@ -257,7 +265,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         Returns at once; `recv` collects the results of the envs that finish first.
         """
         env_ids = check_env_ids(env_ids, self.num_envs)
-        check_rows(self.single_action_space, "actions", actions, len(env_ids), "env id")
+        check_rows(
+            self.single_action_space, "actions", actions, len(env_ids), "env id", also=self._also
+        )
         self._check_not_finished(env_ids)
         self._check_in_space(actions, env_ids)
         self._engine.send(actions, env_ids)
@@ -360,8 +370,8 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         finished = [env for env in envs if self._finished[env]]
         if finished:
             raise ValueError(
-                f"env(s) {finished} finished their episode and `autoreset_mode` is DISABLED; "
-                "reset them first with `reset(options={'reset_mask': mask})`."
+                f"env(s) {env_list(finished)} finished their episode and `autoreset_mode` is "
+                "DISABLED; reset them first with `reset(options={'reset_mask': mask})`."
             )
 
     def _check_reset_mask(self, mask: Any) -> np.ndarray:

@@ -111,6 +111,35 @@ def test_a_wrong_number_of_actions_steps_nothing():
     envs.close()
 
 
+def test_an_action_batch_of_the_wrong_shape_names_the_shape_and_check_actions():
+    """An (n, 1) batch for a Discrete space is refused on the driver, naming the fix.
+
+    (An env given ``array([0])`` for a Discrete action fails its own assertion, in a worker.)
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2)
+    with contextlib.closing(envs):
+        envs.reset()
+        column = np.ones((4, 1), dtype=np.int64)
+        expected = (
+            r"`actions` has shape \(4, 1\), but 4 actions of Discrete\(3\) \(one per env, each "
+            r"of shape \(\)\) make an array of shape \(4,\); `actions.reshape\(\(4,\)\)` "
+            r"makes it one; nothing was sent. With `check_actions=True`, each action"
+        )
+        with pytest.raises(ValueError, match=expected):
+            envs.step(column)
+        with pytest.raises(ValueError, match=r"has shape \(2, 1\).*\(one per env id,"):
+            envs.send(column[:2], [0, 1])
+        with pytest.raises(ValueError, match=r"needed \(one per env: an array of shape \(4,\)"):
+            envs.step(np.ones((2, 2), dtype=np.int64))
+        assert envs.get_attr("count") == (0, 0, 0, 0)  # nothing stepped
+        assert envs.step(np.ones(4, dtype=np.int64))[0].shape == (4, 1)
+    checked = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1, check_actions=True)
+    with contextlib.closing(checked):
+        checked.reset()
+        with pytest.raises(ValueError, match=r"makes it one; nothing was sent\.$"):
+            checked.step(column[:2])  # (the check is on already: not suggested)
+
+
 def test_async_reset_checks_its_seed_before_changing_anything():
     """A bad seed in async_reset raises and leaves nothing in flight."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 2, envs_per_worker=1)

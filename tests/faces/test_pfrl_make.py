@@ -45,13 +45,22 @@ def test_from_env_fns_names_a_factory_that_cannot_be_pickled():
 
 @pytest.mark.in_process
 def test_from_env_fns_factory_error_names_the_env():
-    """A factory that raises inside its worker is reported with its env index."""
+    """A factory that raises inside its worker is reported with its env index and the fix.
+
+    The fix is the factory (not a new actor), and no env of the vector env started.
+    """
 
     def broken():
         raise OSError("no display")
 
     with pytest.raises(EnvCrashedError, match=r"env 2: its factory raised OSError: no display"):
         RayVectorEnv.from_env_fns([FlakyEnv, FlakyEnv, broken], envs_per_worker=2)
+    with pytest.raises(EnvCrashedError) as info:
+        RayVectorEnv.from_env_fns([FlakyEnv, FlakyEnv, broken], envs_per_worker=2)
+    message = str(info.value)
+    assert "An env factory raised in its worker: fix the factory" in message
+    assert "none of the envs [0-2] started (every worker was stopped)" in message
+    assert "create a new actor" not in message
 
 
 @pytest.mark.in_process

@@ -175,7 +175,10 @@ class InProcessLauncher:
                 raise TimeoutError(f"`{label}`: the worker of envs {list(worker.envs)} is late")
             if thread.error is not None:
                 error = thread.error
-                raise EnvCrashedError(worker.envs.start, label, error, env_indices=worker.envs)
+                every = workers[-1].envs.stop if label == "start" else None  # (as Ray's)
+                raise EnvCrashedError(
+                    worker.envs.start, label, error, env_indices=worker.envs, num_envs=every
+                )
             worker.node_id, worker.transport = "in-process", InProcessTransport(thread)
 
     def open(self, *args: Any, **kwargs: Any) -> None:
