@@ -3,23 +3,33 @@
 Every other benchmark times the envs. This one times training: SB3's PPO on HalfCheetah-v5 with
 16 envs over SB3's `DummyVecEnv` and `SubprocVecEnv` and over ours (`make_sb3_vec_env`), and a
 CleanRL-style PPO loop (`benchmarks.ppo_loop`) over gymnasium's `SyncVectorEnv`, envpool and
-ours (`make_vector_env`), each for the same number of env steps with the same seed, one after
-another in one run. It reports the wall time, env steps/s, the share of the time spent
-collecting (stepping the envs and the policy's forward passes) and updating, and the mean
-return of the first and the last 16 episodes. ``--write`` puts the table in docs/benchmarks.md
-(section ``training``), from which the README's short form is quoted.
+ours (`make_vector_env`), each for the same number of env steps with the same seed. It reports
+the wall time, env steps/s, the share of the time spent collecting (stepping the envs and the
+policy's forward passes) and updating, and the mean return of the first and the last 16
+episodes. ``--write`` puts the table in docs/benchmarks.md (section ``training``), from which
+the README's short form is quoted.
 
-Run it with nothing else running: ``python -m benchmarks.training --write`` (about 10 minutes
-on 2 cores).
+Runs of one setting differ by 20% and more from one minute to the next on a small machine, so
+the settings take turns: each round runs every setting once, in an order that shifts by one
+each round, each run in a process of its own (nothing of one run, a Ray started or torch's
+threads, is left to the next). The table has each setting's median wall time with the fastest
+and slowest run, and its speed against the first setting of its trainer as the median of the
+per-round ratios (each ratio within one round, minutes apart).
+
+Run it with nothing else running: ``python -m benchmarks.training --write`` (3 rounds of 200,000
+steps: about half an hour on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
+import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -51,8 +61,19 @@ def _sb3_envs(setting: str, env_id: str, num_envs: int, seed: int) -> Any:
     return make_vec_env(env_id, n_envs=num_envs, seed=seed, vec_env_cls=vec_env_cls)
 
 
-def run_sb3(setting: str, env_id: str, num_envs: int, steps: int, seed: int) -> LoopResult:
-    """SB3's PPO (its defaults, 128 steps per env per rollout) with `VecNormalize`."""
+def run_sb3(
+    setting: str,
+    env_id: str,
+    num_envs: int,
+    steps: int,
+    seed: int,
+    batch_size: int | None = None,
+    epochs: int | None = None,
+) -> LoopResult:
+    """SB3's PPO (its defaults, 128 steps per env per rollout) with `VecNormalize`.
+
+    `batch_size` and `epochs` (None: SB3's defaults, 64 and 10) set its minibatches.
+    """
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecNormalize
@@ -76,7 +97,12 @@ def run_sb3(setting: str, env_id: str, num_envs: int, steps: int, seed: int) -> 
 
     envs = VecNormalize(_sb3_envs(setting, env_id, num_envs, seed))
     try:
-        model = PPO("MlpPolicy", envs, n_steps=128, seed=seed, device="cpu", verbose=0)
+        minibatches = {
+            k: v for k, v in (("batch_size", batch_size), ("n_epochs", epochs)) if v is not None
+        }
+        model = PPO(
+            "MlpPolicy", envs, n_steps=128, seed=seed, device="cpu", verbose=0, **minibatches
+        )
         start = time.perf_counter()
         model.learn(total_timesteps=steps, callback=Timing())
         result.seconds = time.perf_counter() - start
@@ -124,63 +150,116 @@ def _loop_envs(setting: str, env_id: str, num_envs: int, seed: int) -> Iterator[
         envs.close()
 
 
-def run_loop(setting: str, env_id: str, num_envs: int, steps: int, seed: int) -> LoopResult:
-    """The CleanRL-style loop over `setting`'s vector env."""
+def run_loop(
+    setting: str, env_id: str, num_envs: int, steps: int, seed: int, **_: Any
+) -> LoopResult:
+    """The CleanRL-style loop over `setting`'s vector env (SB3's minibatch options unused)."""
     with _loop_envs(setting, env_id, num_envs, seed) as envs:
         return run_ppo(envs, steps, seed=seed)
 
 
-def _row(trainer: str, setting: str, result: LoopResult, base: float | None) -> str:
-    first = np.mean(result.returns[:EPISODES]) if result.returns else float("nan")
-    last = np.mean(result.returns[-EPISODES:]) if result.returns else float("nan")
-    speed = "" if base is None else f" ({base / result.seconds:.2f}x)"
+#: Each setting: (trainer, vector env, the function that runs it).
+RUNS: list[tuple[str, str, Callable[..., LoopResult]]] = [
+    *(("SB3 PPO", s, run_sb3) for s in SB3_SETTINGS),
+    *(("CleanRL-style PPO", s, run_loop) for s in LOOP_SETTINGS),
+]
+
+
+def _run_in_child(setting: str, args: argparse.Namespace) -> LoopResult:
+    """Run `setting` once in a process of its own; its `LoopResult`."""
+    command = [
+        sys.executable, "-m", "benchmarks.training", "--child", setting,
+        "--env-id", args.env_id, "--num-envs", str(args.num_envs), "--steps", str(args.steps),
+        "--seed", str(args.seed),
+        *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
+        *(["--epochs", str(args.epochs)] if args.epochs else []),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{setting} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return LoopResult(**json.loads(lines[-1][len("RESULT ") :]))
+
+
+def _child(setting: str, args: argparse.Namespace) -> None:
+    """Run one setting here and print its result as one JSON line."""
+    trainer_run = next(run for _, name, run in RUNS if name == setting)
+    result = trainer_run(
+        setting, args.env_id, args.num_envs, args.steps, args.seed,
+        batch_size=args.batch_size, epochs=args.epochs,
+    )  # fmt: skip
+    print("RESULT " + json.dumps(dataclasses.asdict(result)), flush=True)
+
+
+def _row(trainer: str, setting: str, results: list[LoopResult], ratios: list[float]) -> str:
+    """One setting's row: median wall time (fastest, slowest), ratio, and the median run's rest."""
+    seconds = sorted(r.seconds for r in results)
+    middle = sorted(results, key=lambda r: r.seconds)[(len(results) - 1) // 2]
+    returns = results[0].returns  # (the same seed: the same episodes in every round, as a rule)
+    first = np.mean(returns[:EPISODES]) if returns else float("nan")
+    last = np.mean(returns[-EPISODES:]) if returns else float("nan")
+    spread = f" ({seconds[0]:.0f}-{seconds[-1]:.0f})" if len(seconds) > 1 else ""
     return (
-        f"| {trainer} | {setting} | {result.seconds:.0f} s{speed} | "
-        f"{result.steps / result.seconds:,.0f} | {result.collect_s / result.seconds:.0%} | "
-        f"{result.update_s / result.seconds:.0%} | {len(result.returns)} | {first:.0f} | "
-        f"{last:.0f} |"
+        f"| {trainer} | {setting} | {middle.seconds:.0f} s{spread} | "
+        f"{float(np.median(ratios)):.2f}x | {middle.steps / middle.seconds:,.0f} | "
+        f"{middle.collect_s / middle.seconds:.0%} | {middle.update_s / middle.seconds:.0%} | "
+        f"{len(returns)} | {first:.0f} | {last:.0f} |"
     )
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run every setting once, print the table; ``--write`` puts it in docs/benchmarks.md."""
+    """Run the settings in turns, print the table; ``--write`` puts it in docs/benchmarks.md."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env-id", default="HalfCheetah-v5")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=200_000, help="env steps per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each setting, in turns")
+    parser.add_argument("--batch-size", type=int, help="SB3's minibatch size (default: 64)")
+    parser.add_argument("--epochs", type=int, help="SB3's epochs per rollout (default: 10)")
     parser.add_argument("--only", nargs="*", help="run only these settings (names as shown)")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks.md")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # (one run, in its own process)
     args = parser.parse_args(argv)
-    runs: list[tuple[str, str, Callable[..., LoopResult]]] = [
-        *(("SB3 PPO", s, run_sb3) for s in SB3_SETTINGS),
-        *(("CleanRL-style PPO", s, run_loop) for s in LOOP_SETTINGS),
-    ]
-    rows, bases = [], {}
-    for trainer, setting, run in runs:
-        if args.only and setting not in args.only:
-            continue
-        result = run(setting, args.env_id, args.num_envs, args.steps, args.seed)
-        bases.setdefault(trainer, result.seconds)  # (the first of each trainer: the baseline)
-        rows.append(_row(trainer, setting, result, bases[trainer]))
-        print(rows[-1], flush=True)
+    if args.child:
+        _child(args.child, args)
+        return
+    runs = [run for run in RUNS if not args.only or run[1] in args.only]
+    results: dict[str, list[LoopResult]] = {setting: [] for _, setting, _ in runs}
+    ratios: dict[str, list[float]] = {setting: [] for _, setting, _ in runs}
+    for round_ in range(args.rounds):
+        shift = round_ % len(runs)
+        for trainer, setting, _ in runs[shift:] + runs[:shift]:
+            result = _run_in_child(setting, args)
+            results[setting].append(result)
+            print(f"round {round_ + 1}: {trainer}, {setting}: {result.seconds:.1f} s", flush=True)
+        for trainer in dict.fromkeys(t for t, _, _ in runs):
+            mine = [s for t, s, _ in runs if t == trainer]
+            base = results[mine[0]][-1].seconds
+            for setting in mine:
+                ratios[setting].append(base / results[setting][-1].seconds)
+    rows = [_row(t, s, results[s], ratios[s]) for t, s, _ in runs]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     command = " ".join(["python -m benchmarks.training", *(argv or sys.argv[1:])])
+    sb3 = f"`batch_size={args.batch_size or 64}`, `n_epochs={args.epochs or 10}`, `n_steps=128`"
     table = "\n".join(
         [
             f"## A whole training run: PPO on {args.env_id}, {args.num_envs} envs",
             "",
             f"`{command}`, {datetime.date.today()}, {platform.processor() or platform.machine()}"
             f" with {cores} cores, torch {torch.__version__} on the CPU, nothing else running. "
-            f"Each row is one run of {args.steps:,} env steps with seed {args.seed}, the rows "
-            "one after another in the same run. Collecting: stepping the envs and the policy's "
-            "forward passes; updating: the gradient steps (for SB3, everything outside its "
-            "rollouts). Returns: the mean of the first and of the last "
-            f"{EPISODES} episodes. The speed-up is against the first row of the same trainer.",
+            f"{args.rounds} round(s); in each, every setting ran once, {args.steps:,} env steps "
+            f"with seed {args.seed}, in a process of its own, the order shifted by one each "
+            f"round. SB3: {sb3}. Wall time: the median run (the fastest and slowest in "
+            "brackets); the speed is the median over the rounds of the first row of the same "
+            "trainer's time over this row's, in the same round. Env steps/s, collecting and "
+            "updating are those of the median run. Collecting: stepping the envs and the "
+            "policy's forward passes; updating: the gradient steps (for SB3, everything outside "
+            f"its rollouts). Returns: the mean of the first and of the last {EPISODES} episodes.",
             "",
-            "| trainer | vector env | wall time | env steps/s | collecting | updating | "
+            "| trainer | vector env | wall time | speed | env steps/s | collecting | updating | "
             "episodes | first return | last return |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
         ]
     )
