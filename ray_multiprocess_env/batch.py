@@ -31,6 +31,10 @@ __all__ = [
 _NESTED = (spaces.Dict, spaces.Tuple)
 #: The spaces whose every value has the space's own shape: a batch of n is an array (n, *shape).
 _SHAPED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+#: Of those, the spaces whose envs take only values of that shape (a Box env is given its row
+#: as it is, the shape of a gymnasium vector env's: RLlib and CleanRL-style loops send a Box of
+#: shape () as (n, 1), which such envs take; only its size is checked).
+_STRICT = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
 
 def stack(space: spaces.Space[Any], items: Sequence[Any], out: Any = None) -> Any:
@@ -162,8 +166,8 @@ def check_rows(
     """Check that `batch` (of the single-env `space`) has `rows` rows, one per `each`.
 
     With `space` None, `batch` is a sequence of single values (SB3's form of actions). An
-    array for a space whose values all have one shape (Box, Discrete, MultiDiscrete,
-    MultiBinary) must have the shape ``(rows, *space.shape)``. `also` ends the message of an
+    array for a Discrete, MultiDiscrete or MultiBinary space must have the shape
+    ``(rows, *space.shape)``, one for a Box space that many values. `also` ends the message of an
     error (a sentence on the face's own check).
 
     Raises:
@@ -175,7 +179,9 @@ def check_rows(
     if length == rows:
         if type(batch) is np.ndarray and isinstance(space, _SHAPED):
             expected = (rows, *(space.shape or ()))
-            if batch.shape != expected:
+            if batch.shape != expected and (
+                isinstance(space, _STRICT) or batch.size != int(np.prod(expected))
+            ):
                 raise ValueError(_wrong_shape(space, argument, batch, expected, each) + also)
         return
     if length is None and not isinstance(batch, (Mapping, list, tuple)) and np.ndim(batch) == 0:

@@ -299,19 +299,20 @@ class Calls:
     def _replace(self, call: Call, lost: list[Ticket], deadline: float | None) -> None:
         """Restart the workers of `lost` tickets and give each ticket its replacement's answer.
 
-        Placing, starting and connecting each end by `deadline`, or after `restart_bound` if
-        that is later (a process start takes seconds on a busy machine, whatever the call's
-        `timeout`); the replacements' answers by `deadline`, or `bound` after the restarts.
+        Each replacement is placed, started and connected within `restart_bound` of its
+        restart (`timeout`, at least 30 s: a process start takes seconds on a busy machine,
+        whatever the call's `timeout`), or by `deadline` if that is later; the replacements'
+        answers by `deadline`, or `bound` after the restarts.
         """
         retries: list[Ticket] = []
         pool = self.pool
-        start_by = _later(deadline, deadline_in(pool.options.restart_bound))
         try:
             for ticket in lost:
                 if ticket.outcome is None and ticket.transport is not None:
                     ticket.transport.forget(ticket)
                 why = "did not answer in time" if ticket.outcome is None else "died"
                 cause = ticket.outcome.error if ticket.outcome is not None else None
+                start_by = _later(deadline, deadline_in(pool.options.restart_bound))
                 pool.restart(ticket.worker, ticket.generation, call.label, why, cause, start_by)
                 worker = pool.workers[ticket.worker]
                 retry = Ticket(

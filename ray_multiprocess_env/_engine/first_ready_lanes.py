@@ -189,6 +189,10 @@ class FirstReadyLanes:
             if taken:  # (done already, as a rule: then nothing)
                 _put_back(state, put, done)
             raise
+        except BaseException:  # (the face refused what came back: the call's error) the
+            if taken:  # reports these results carried stay owed, as `hand_out`'s do
+                self._pool.lost_episodes.owe_again(env_ids)
+            raise
 
     @staticmethod
     def _read(sent: list[LaneSend], worker: int, transport: Any) -> None:

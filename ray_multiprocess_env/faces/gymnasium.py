@@ -217,7 +217,9 @@ class GymnasiumVectorEnv(VectorEnv[Any, Any, Any]):
         for key in ("env_crashed", "env_error"):
             infos.pop(key, None)
             pending |= np.asarray(infos.pop(f"_{key}", False), dtype=np.bool_)
-        pending &= ~failed
+        # (a report is a truncation with reward 0; an env rebuilt after its episode's end
+        # raised in the autoreset carries `env_error` too, and its episode end is its own)
+        pending &= ~failed & truncations & ~terminations & (rewards == 0)
         truncations[pending] = False
         for key in ("_final_obs", "_final_info"):  # (same-step autoreset: no episode ended)
             if key in infos:

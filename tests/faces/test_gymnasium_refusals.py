@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import ClosedEnvError, GymnasiumVectorEnv
+from ray_multiprocess_env.batch import check_rows
 from tests.envs import FlakyEnv
 
 pytestmark = pytest.mark.in_process
@@ -138,6 +139,17 @@ def test_an_action_batch_of_the_wrong_shape_names_the_shape_and_check_actions():
         checked.reset()
         with pytest.raises(ValueError, match=r"makes it one; nothing was sent\.$"):
             checked.step(column[:2])  # (the check is on already: not suggested)
+
+
+def test_a_box_action_array_is_checked_by_its_size():
+    """A Box batch of another shape but of the same size passes; another size is refused.
+
+    RLlib sends ``(n, 1)`` for a Box of shape ``()``, as CleanRL-style loops do.
+    """
+    check_rows(gym.spaces.Box(-1, 1, shape=()), "actions", np.zeros((4, 1)), 4, "env")
+    check_rows(gym.spaces.Box(-1, 1, shape=(1,)), "actions", np.zeros(4), 4, "env")
+    with pytest.raises(ValueError, match=r"has shape \(4, 2\), but 4 actions of Box.*\(4, 3\);"):
+        check_rows(gym.spaces.Box(-1, 1, shape=(3,)), "actions", np.zeros((4, 2)), 4, "env")
 
 
 def test_async_reset_checks_its_seed_before_changing_anything():
