@@ -101,11 +101,6 @@ class RemoteEnvError(RuntimeError):
             return reset[0].upper() + reset[1:]
         return f"The other envs keep their state; {reset}"
 
-    def _none_started(self) -> str:
-        """The envs a failed start leaves unmade: all of them (the workers are stopped)."""
-        every = f" {env_list(range(self._num_envs))}" if self._num_envs is not None else ""
-        return f"none of the envs{every} started (every worker was stopped)"
-
 
 class EnvCrashedError(RemoteEnvError):
     """The actor holding an env died (its process crashed, was killed, or its `__init__` failed)."""
@@ -130,6 +125,11 @@ class EnvCrashedError(RemoteEnvError):
                 "`{'working_dir': '.'}`) before the first env is made."
             )
         return hint
+
+    def _none_started(self) -> str:
+        """The envs a failed start leaves unmade: all of them (the workers are stopped)."""
+        every = f" {env_list(range(self._num_envs))}" if self._num_envs is not None else ""
+        return f"none of the envs{every} started (every worker was stopped)"
 
 
 class ClosedEnvError(RuntimeError):

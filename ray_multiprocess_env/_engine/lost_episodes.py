@@ -53,7 +53,10 @@ class LostEpisodes:
         if envs is None:
             self._owed[:] = True
         else:
-            self._owed[np.fromiter(envs, dtype=np.int64)] = True
+            positions = np.fromiter(envs, dtype=np.int64)
+            if not positions.size:  # (nothing owed: `any` would send the next step the slow way)
+                return
+            self._owed[positions] = True
         self.any = True
 
     def owe_tickets(self, tickets: Iterable[Ticket]) -> None:
