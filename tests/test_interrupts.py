@@ -23,7 +23,6 @@ from ray_multiprocess_env._engine.call_state import hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lane_set import LaneSet
 from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket, took_reply
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
@@ -83,7 +82,6 @@ RESET_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.launch_reset,
     Lanes.posts,
-    LaneSet.polled,
     SharedMemoryTransport.post,
     Lanes.wait,
     Lanes.wait_held,
@@ -125,7 +123,6 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Lanes.ring,
     Lanes._some,
     Lanes.rung,
-    LaneSet.polled,
     SharedMemoryTransport.ring,
     Lanes.wait,
     Lanes.wait_held,

@@ -106,7 +106,7 @@ class FirstReadyLanes:
         posts = self._lanes.posts(args)
         if posts is None:
             return False
-        called, messages, kept, _ = posts
+        called, messages, kept = posts
         with DEFERRED:  # posted and in flight, or neither
             sent = [
                 LaneSend("reset", lane, worker_args, lane.transport.post(message))

@@ -1,9 +1,9 @@
 """Every worker's lane (`Lane`) and pollers of sets of their pipes (`LaneSet`).
 
 A lane is one worker on a hot transport (shared memory, or a TCP stream whose rows follow the
-messages); `lanes.Lanes` makes a `LaneSet` of every worker's once all are hot, and the steps
-and resets of `lanes.py` and `first_ready_lanes.py` poll the pipes of the workers they call
-through it.
+messages); `lanes.Lanes` makes a `LaneSet` of every worker's once all are hot. The steps and
+resets of `lanes.py` wait for each worker in turn on its lane's own poller; the first-ready
+calls of `first_ready_lanes.py` poll the pipes of all the workers they wait for at once.
 """
 
 from __future__ import annotations
@@ -21,26 +21,26 @@ _POLLERS = 256
 
 
 class Lane:
-    """One worker's lane: its transport, and what a step of all of its envs needs."""
+    """One worker's lane: its transport, what a step of all its envs needs, its pipe's poller."""
 
-    __slots__ = ("envs", "generation", "start", "stop", "transport", "worker")
+    __slots__ = ("envs", "generation", "poller", "start", "stop", "transport", "worker")
 
     def __init__(self, worker: Any) -> None:
         self.worker, self.generation, self.envs = worker.index, worker.generation, worker.envs
         self.transport: Any = worker.transport
         self.start, self.stop = worker.envs.start, worker.envs.stop
+        self.poller = select.poll()  # (`Lanes.wait_held`)
+        self.poller.register(self.transport.fileno(), select.POLLIN)
 
 
 class LaneSet:
     """Every worker's lane, as made once all were hot, and pollers of sets of their pipes."""
 
-    __slots__ = ("every", "every_key", "lanes", "pollers")
+    __slots__ = ("lanes", "pollers")
 
     def __init__(self, lanes: list[Lane]) -> None:
         self.lanes = lanes
         self.pollers: dict[int, Polled] = {}
-        self.every_key = (1 << len(lanes)) - 1
-        self.every = self.polled(self.every_key)  # (of all of them: the full step's)
 
     def polled(self, key: int) -> Polled:
         """A poller of the pipes of the workers in `key` (a bit each).
@@ -58,6 +58,6 @@ class LaneSet:
                     poller.register(fd, select.POLLIN)
                     worker_of[fd], at[fd] = lane.worker, len(at)
             if len(self.pollers) >= _POLLERS:  # (sets of workers seen: bounded)
-                self.pollers = {self.every_key: self.pollers[self.every_key]}
+                self.pollers = {}
             polled = self.pollers[key] = (poller, worker_of, at)
         return polled

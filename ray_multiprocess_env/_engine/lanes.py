@@ -31,7 +31,7 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lane_set import Lane, LaneSet, Polled
+from ray_multiprocess_env._engine.lane_set import Lane, LaneSet
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
@@ -55,8 +55,8 @@ __all__ = [
 #: A `LaneCall` code: the worker's reply, not a record, is in `LaneCall.outcomes`.
 REPLY = -3
 
-#: A step `Lanes.plan` made: the lanes to ring, a poller of their pipes, each one's actions.
-StepPlan = tuple[list[Lane], Polled, list[Any]]
+#: A step `Lanes.plan` made: the lanes to ring and each one's actions.
+StepPlan = tuple[list[Lane], list[Any]]
 
 
 class LaneCall:
@@ -72,14 +72,11 @@ class LaneCall:
     """
 
     __slots__ = (
-        "_made", "args", "at", "codes", "lanes", "left", "op", "outcomes", "poller", "seqs",
+        "_made", "args", "codes", "lanes", "left", "op", "outcomes", "seqs",
     )  # fmt: skip
 
-    def __init__(
-        self, op: str, lanes: list[Lane], polled: Polled, args: list[Any], seqs: list[int]
-    ) -> None:
+    def __init__(self, op: str, lanes: list[Lane], args: list[Any], seqs: list[int]) -> None:
         self.op, self.lanes, self.args, self.seqs = op, lanes, args, seqs
-        self.poller, _, self.at = polled
         count = len(seqs)
         self.codes = [NOTHING] * count
         self.outcomes: list[Outcome | None] = [None] * count
@@ -215,7 +212,7 @@ class Lanes:
         return None if plan is None else self.ring(plan, label)
 
     def plan(self, actions: Any, env_ids: Any = None) -> StepPlan | None:
-        """The lanes, poller and actions of a step `launch` would ring (None: not the lanes')."""
+        """The lanes and actions of a step `launch` would ring (None: not the lanes')."""
         if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
             return None  # (owed reports: the slow path has them sent again first)
         found = self.now()
@@ -229,15 +226,15 @@ class Lanes:
             if not lane.transport.can_ring(chunk):
                 return None
             chunks.append(chunk)
-        return called, found.every, chunks
+        return called, chunks
 
     @staticmethod
     def ring(plan: StepPlan, label: str) -> Call:
         """Ring the step `plan` (`plan` made it just now): every lane rung, or the step given up."""
-        called, polled, chunks = plan
+        called, chunks = plan
         with DEFERRED:
             seqs = [lane.transport.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
-            return Call("step", label, None, LaneCall("step", called, polled, chunks, seqs))
+            return Call("step", label, None, LaneCall("step", called, chunks, seqs))
 
     def rung(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> list[Any] | None:
         """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.
@@ -258,22 +255,16 @@ class Lanes:
         return out
 
     def _some(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> StepPlan | None:
-        """`launch`'s lanes, poller and actions for the envs `env_ids` (None: not the lanes').
+        """`launch`'s lanes and actions for the envs `env_ids` (None: not the lanes').
 
-        The lanes ascending by worker (the order of the poller's places), each with its
-        worker's rows of `actions` (`rung`).
+        The lanes ascending by worker, each with its worker's rows of `actions` (`rung`).
         """
         rung = self.rung(found, actions, env_ids)
         if rung is None:
             return None
         if len(rung) > 1:
             rung.sort(key=_worker_of)
-        called, chunks, key = [], [], 0
-        for lane, chunk in rung:
-            called.append(lane)
-            chunks.append(chunk)
-            key |= 1 << lane.worker
-        return called, found.polled(key), chunks
+        return [lane for lane, _ in rung], [chunk for _, chunk in rung]
 
     def launch_reset(self, args: Sequence[tuple[Any, ...] | None], label: str) -> Call | None:
         """A reset of each worker whose `args` are not None, on their lanes (None: not sent).
@@ -284,26 +275,25 @@ class Lanes:
         posts = self.posts(args)
         if posts is None:
             return None
-        called, messages, kept, polled = posts
+        called, messages, kept = posts
         with DEFERRED:  # every reset sent, or the call given up
             seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
-            return Call("reset", label, None, LaneCall("reset", called, polled, kept, seqs))
+            return Call("reset", label, None, LaneCall("reset", called, kept, seqs))
 
     def posts(
         self, args: Sequence[tuple[Any, ...] | None]
-    ) -> tuple[list[Lane], list[bytes], list[Any], Polled] | None:
+    ) -> tuple[list[Lane], list[bytes], list[Any]] | None:
         """The lanes, messages and args of a reset of each worker whose `args` are not None.
 
-        And a poller of those workers' pipes (`LaneSet.polled`). None (the slow path's to do)
-        unless every worker is on a hot transport (`now`), if no worker is called, if
-        lost-episode reports are owed (the slow path has them sent again first), unless every
-        such worker answered all it was sent before, or if an argument cannot be serialized
-        (the slow path says which).
+        None (the slow path's to do) unless every worker is on a hot transport (`now`), if no
+        worker is called, if lost-episode reports are owed (the slow path has them sent again
+        first), unless every such worker answered all it was sent before, or if an argument
+        cannot be serialized (the slow path says which).
         """
         found = self.now()
         if found is None or self._pool.lost_episodes.any:
             return None
-        called, messages, kept, key = [], [], [], 0
+        called, messages, kept = [], [], []
         for lane, worker_args in zip(found.lanes, args, strict=True):
             if worker_args is None:
                 continue
@@ -316,8 +306,7 @@ class Lanes:
                 return None
             called.append(lane)
             kept.append(worker_args)
-            key |= 1 << lane.worker
-        return (called, messages, kept, found.polled(key)) if called else None
+        return (called, messages, kept) if called else None
 
     def wait(self, call: Call, deadline: float | None) -> bool:
         """Whether every worker of `call` answered in place (`batch`, `replies` then).
@@ -345,26 +334,34 @@ class Lanes:
         For a verb that rings, waits and hands out in one block (`Engine.step`): a Ctrl-C
         held back before the wait, or arriving in it, comes through in ``poll``, where nothing
         is half read (`_DeferredInterrupts.poll`), and gives the call up.
+
+        It reads the answers in the workers' order and polls only the pipe of the one it waits
+        for, as a blocking read of each in turn would: the call needs every answer, and a wait
+        that woke at each one (a poll of every pipe) slept and woke about as many times as
+        there are workers, the driver's largest cost per worker (`benchmarks.driver_cost`).
+        A worker that is gone is found when its turn comes (its pipe ends), behind those
+        before it.
         """
         step = call.lanes
         if type(step) is not LaneCall or step._made is not None:
             return False
-        lanes, codes, poller, at = step.lanes, step.codes, step.poller, step.at
-        while step.left:
-            ready = DEFERRED.poll(poller, None if deadline is None else timeout_ms(deadline))
-            if not ready:
-                return False  # (at `deadline`: the slow path's wait says so)
-            for fd, _ in ready:
-                i = at[fd]
-                if codes[i] != NOTHING:  # (answered, and readable again: its end, most
-                    return False  # likely; left to the slow path's read, which finds it)
-                code = lanes[i].transport.read_lane()
-                if code >= 0:
-                    codes[i] = code
-                    step.left -= 1
-                elif code == OTHER and not self._took_reply(step, i):
-                    return False
-        return True
+        lanes, codes = step.lanes, step.codes
+        for i, lane in enumerate(lanes):
+            if codes[i] != NOTHING:
+                continue
+            transport = lane.transport
+            code = transport.read_lane()
+            while code == NOTHING:
+                timeout = None if deadline is None else timeout_ms(deadline)
+                if not DEFERRED.poll(lane.poller, timeout):
+                    return False  # (at `deadline`: the slow path's wait says so)
+                code = transport.read_lane()
+            if code >= 0:
+                codes[i] = code
+                step.left -= 1
+            elif code != OTHER or not self._took_reply(step, i):
+                return False
+        return not step.left
 
     @staticmethod
     def _took_reply(step: LaneCall, i: int) -> bool:
