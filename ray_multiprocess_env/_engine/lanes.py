@@ -335,18 +335,19 @@ class Lanes:
         held back before the wait, or arriving in it, comes through in ``poll``, where nothing
         is half read (`_DeferredInterrupts.poll`), and gives the call up.
 
-        It reads the answers in the workers' order and polls only the pipe of the one it waits
-        for, as a blocking read of each in turn would: the call needs every answer, and a wait
-        that woke at each one (a poll of every pipe) slept and woke about as many times as
-        there are workers, the driver's largest cost per worker (`benchmarks.driver_cost`).
-        A worker that is gone is found when its turn comes (its pipe ends), behind those
-        before it.
+        It waits for one worker at a time, polling only its pipe, from the last rung to the
+        first: the call needs every answer, and a wait that woke at each one (a poll of every
+        pipe) slept and woke about once per worker, the driver's largest cost per worker
+        (`benchmarks.driver_cost`). The workers run in about the order they were rung, so
+        while it waits for the last, the others answer, and it reads them without sleeping
+        again. A worker that is gone is found when its turn comes (its pipe ends).
         """
         step = call.lanes
         if type(step) is not LaneCall or step._made is not None:
             return False
         lanes, codes = step.lanes, step.codes
-        for i, lane in enumerate(lanes):
+        for i in range(len(lanes) - 1, -1, -1):
+            lane = lanes[i]
             if codes[i] != NOTHING:
                 continue
             transport = lane.transport
