@@ -82,7 +82,6 @@ def bare(probe: Path, seconds: float) -> dict[tuple[int, int], float]:
         check=True,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": ""},
     ).stdout
     found = {(int(w), int(k)): float(us) for w, k, us in _PROBE_ROW.findall(out)}
     missing = [cell for cell in GRID if cell not in found]
