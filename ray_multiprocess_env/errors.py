@@ -74,8 +74,10 @@ class RemoteEnvError(RuntimeError):
         *,
         env_indices: Sequence[int] | None = None,
         num_envs: int | None = None,
+        restartable: bool = False,
     ) -> None:
         self._num_envs = num_envs  # (of the vector env, where known: for the hint)
+        self._restartable = restartable  # (the envs' factories are known: for the hint)
         self.env_index = env_index
         self.method = method
         self.env_indices = tuple(env_indices) if env_indices is not None else (env_index,)
@@ -114,9 +116,13 @@ class EnvCrashedError(RemoteEnvError):
             if self.method == "start":
                 return hint + f"{self._none_started()}. Then make the vector env again."
             return hint + "the next call tries to restart the worker again."
-        hint = (
-            f"The actor of env {self.env_index} is gone and its env state with it; "
-            "create a new actor (or a new vector env) to continue."
+        gone = sorted(set(self.env_indices))
+        what = f"env {gone[0]}, and its" if len(gone) == 1 else f"envs {env_list(gone)}, and their"
+        hint = f"The worker of {what} state, are gone; " + (
+            'pass `on_actor_failure="restart"` to have a lost worker restarted with its envs '
+            "reset (docs/failures.md), or make the vector env again."
+            if self._restartable
+            else "create a new actor (or a new vector env) to continue."
         )
         if "ModuleNotFoundError" in self.remote_traceback:
             hint += (
@@ -205,6 +211,9 @@ class _EnvFailures(Exception):
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*: \S")
+#: What Ray's `ActorDiedError` says of an actor whose process ended unasked, and its pid line.
+_PROCESS_DIED = "because its worker process has died"
+_PID_LINE = re.compile(r"^\s*pid: (\d+)", re.M)
 
 
 def _describe(cause: BaseException) -> str:
@@ -218,6 +227,10 @@ def _describe(cause: BaseException) -> str:
     if isinstance(original, BaseException):
         return f"{type(original).__name__}: {_first_line(str(original))}"
     text = _ANSI_ESCAPE.sub("", str(cause))
+    if _PROCESS_DIED in text:  # (Ray's guesses of why follow: the library knows only that)
+        pid = _PID_LINE.search(text)
+        which = f" (pid {pid.group(1)})" if pid is not None else ""
+        return f"its worker process{which} is gone: it ended without raising an error"
     summary = f"{type(cause).__name__}: {_first_line(text).split(' (pid=')[0]}"
     raised = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
     return f"{summary}; it raised {raised[-1]}" if raised else summary

@@ -365,11 +365,19 @@ class Calls:
             cause = getattr(error, "cause", None)
             envs = cause.env_indices if isinstance(cause, _EnvFailures) else list(ticket.envs)
             named.append((envs, error, ticket.outcome.died))
+            worker = self.pool.workers[ticket.worker]
+            if ticket.outcome.died and worker.generation == ticket.generation and not worker.lost:
+                self.pool.give_up(worker)  # (gone: `close` does not ask it to close its envs)
         first_envs, first_error, _ = named[0]
         kind = EnvCrashedError if any(died for _, _, died in named) else RemoteEnvError
         indices = [i for envs, _, _ in named for i in envs]
         error = kind(
-            first_envs[0], call.label, first_error, env_indices=indices, num_envs=self.pool.num_envs
+            first_envs[0],
+            call.label,
+            first_error,
+            env_indices=indices,
+            num_envs=self.pool.num_envs,
+            restartable=self.pool.has_factories,
         )
         error.__cause__ = first_error
         return error

@@ -177,9 +177,14 @@ class Pool:
         return seconds
 
     @property
+    def has_factories(self) -> bool:
+        """Whether the envs' factories are known (not the user's own actors): restartable."""
+        return self._env_fns is not None
+
+    @property
     def can_restart(self) -> bool:
         """Whether lost workers are restarted (``on_actor_failure="restart"`` with factories)."""
-        return self.options.on_actor_failure == "restart" and self._env_fns is not None
+        return self.options.on_actor_failure == "restart" and self.has_factories
 
     def restart(
         self,

@@ -18,6 +18,7 @@ module imports nothing of the driver side.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -88,13 +89,22 @@ class EnvWorker:
         self._thread = threading.get_ident()
         self.env_indices = list(env_indices)
         self.envs = []
+        #: Why the envs could not be built (a factory raised), or None. Every call raises it:
+        #: an actor whose ``__init__`` raised would have Ray print its traceback on the
+        #: driver's console before the driver's own error says the same.
+        self.start_error: RuntimeError | None = None
         for index, env_fn in zip(self.env_indices, env_fns, strict=True):
             try:
                 self.envs.append(env_fn())
             except Exception as err:
-                raise RuntimeError(
+                self.start_error = RuntimeError(
                     f"env {index}: its factory raised {type(err).__name__}: {err}"
-                ) from err
+                )
+                self.start_error.__cause__ = err
+                for env in self.envs:  # (those built before it)
+                    with contextlib.suppress(Exception):
+                        env.close()
+                return
         self._observation_space: Any = getattr(self.envs[0], "observation_space", None)
         self._action_space: Any = getattr(self.envs[0], "action_space", None)
         # (one row layout if only the observations' bounds differ; `describe` reports it)
@@ -119,6 +129,8 @@ class EnvWorker:
         """Run operation `op` (``step``, ``reset``, ``apply``, ...) with `args`."""
         if threading.get_ident() != self._thread:  # pragma: no cover - Ray's plain actors
             raise RuntimeError("EnvWorker was called off the thread that built its envs")
+        if self.start_error is not None:
+            raise self.start_error
         method: Callable[..., Any] = getattr(self, f"_op_{op}")
         return method(*_writable(args))
 

@@ -6,6 +6,7 @@ import threading
 
 import gymnasium as gym
 import pytest
+import ray
 
 from ray_multiprocess_env import EnvCrashedError, RayVectorEnv
 from tests.envs import FlakyEnv
@@ -61,6 +62,24 @@ def test_from_env_fns_factory_error_names_the_env():
     assert "An env factory raised in its worker: fix the factory" in message
     assert "none of the envs [0-2] started (every worker was stopped)" in message
     assert "create a new actor" not in message
+
+
+def test_a_factory_that_raises_gives_ray_no_traceback_of_its_own_to_print():
+    """A worker whose factory raises answers its first call with the error; it does not die.
+
+    An actor whose constructor raised would have Ray print that traceback on the console (about
+    18 lines per worker) before the library's error says the same.
+    """
+
+    def broken():
+        raise OSError("no display")
+
+    with pytest.raises(EnvCrashedError, match=r"env 0: its factory raised OSError") as info:
+        RayVectorEnv.from_env_fns([broken, broken], envs_per_worker=2)
+    cause = info.value.__cause__
+    assert isinstance(cause, ray.exceptions.RayTaskError), type(cause)
+    assert not isinstance(cause, ray.exceptions.ActorDiedError)  # (a creation task's error)
+    assert "no display" in info.value.remote_traceback  # (the factory's own traceback)
 
 
 @pytest.mark.in_process

@@ -161,7 +161,10 @@ class InProcessLauncher:
         args = (list(env_fns), list(envs))
 
         def make() -> EnvWorker:
-            return EnvWorker(*args, restart_seeds=seeds, **self._worker_args)
+            worker = EnvWorker(*args, restart_seeds=seeds, **self._worker_args)
+            if worker.start_error is not None:  # (a factory raised: as Ray's first call)
+                raise worker.start_error
+            return worker
 
         worker = InProcessWorker(make, list(envs))
         self.started.append(worker)
