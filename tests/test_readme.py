@@ -16,8 +16,8 @@ _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 
 #: The pages whose Python blocks run: the README and the docs pages that hold its moved snippets.
 RUNNABLE_PAGES = ["README.md", "docs/usage.md", "docs/trainers.md", "docs/cluster.md"]
-#: The runnable blocks over all of `RUNNABLE_PAGES` (the README's 4, usage.md's 7, 1, 1).
-RUNNABLE_BLOCKS = 13
+#: The runnable blocks over all of `RUNNABLE_PAGES` (the README's 8, usage.md's 7, 1, 1).
+RUNNABLE_BLOCKS = 17
 
 #: Where a page of its own (cluster.md, benchmarks.md) goes on with sections moved from the
 #: README: only what follows it runs, and only that is translated in docs/ja/.
@@ -38,19 +38,8 @@ def _blocks(name: str, language: str) -> list[str]:
 
 
 def _is_fragment(code: str) -> bool:
-    """A block that quotes an example file, or says it is a fragment: it does not run alone."""
-    first = code.partition("\n")[0]
-    return first.startswith(("# examples/", "# (fragment)"))
-
-
-def _excerpts() -> list[tuple[str, str]]:
-    """The blocks that quote a file: their first line is ``# examples/<file>``."""
-    out = []
-    for code in _blocks("README.md", "python"):
-        first, _, rest = code.partition("\n")
-        if first.startswith("# examples/"):
-            out.append((first[2:].strip(), rest))
-    return out
+    """A block that says it is a fragment (its first line): it does not run alone."""
+    return code.startswith("# (fragment)")
 
 
 def test_python_snippets_run_each_on_its_own(monkeypatch):
@@ -101,21 +90,29 @@ def test_every_japanese_page_has_an_english_one():
         assert (ROOT / english).exists(), f"{japanese} has no {english}"
 
 
-def test_excerpts_match_the_examples():
-    """Each excerpt block is, paragraph by paragraph, a verbatim part of the file it names."""
-    excerpts = _excerpts()
-    assert sorted(name for name, _ in excerpts) == [
-        "examples/pfrl_ppo_cartpole.py",
-        "examples/rllib_ppo_cartpole.py",
-        "examples/tianshou_dqn_cartpole.py",
-        "examples/torchrl_ppo_cartpole.py",
+def test_every_trainer_block_runs_as_pasted_and_links_its_example():
+    """The README's trainer blocks are whole programs (none a fragment), each beside its script.
+
+    `test_python_snippets_run_each_on_its_own` runs them; each trainer's section links the
+    script of `examples/` that trains it to a threshold, and that script exists.
+    """
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## With your trainer", 1)[1].split("\n## ", 1)[0]
+    trainers = re.split(r"\n(?=### )", section)[1:]
+    assert [part.partition("\n")[0] for part in trainers][:5] == [
+        "### stable-baselines3",
+        "### pfrl",
+        "### Tianshou",
+        "### TorchRL",
+        "### RLlib",
     ]
-    for name, code in excerpts:
-        source = [line.strip() for line in (ROOT / name).read_text().splitlines()]
-        text = "\n".join(source)
-        for paragraph in re.split(r"\n\s*\n", code.strip()):
-            lines = "\n".join(line.strip() for line in paragraph.splitlines())
-            assert lines in text, f"{name}: not found:\n{paragraph}"
+    for part in trainers[:5]:
+        blocks = [code for lang, code in _BLOCK.findall(part) if lang == "python"]
+        assert blocks, part
+        assert not any(_is_fragment(code) for code in blocks), part
+        linked = re.findall(r"\]\((examples/\w+\.py)\)", part)
+        assert linked, part
+        assert all((ROOT / name).exists() for name in linked), part
 
 
 @pytest.mark.parametrize("page", ["README.md", "README.ja.md"])
