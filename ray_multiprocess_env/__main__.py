@@ -26,7 +26,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Run NUM_ENVS gymnasium envs (64 per CPU) in Ray workers through make_vector_env, "
             "step them with a random policy for STEPS vector steps, and print env steps/s beside "
-            "gymnasium's SyncVectorEnv and AsyncVectorEnv on the same envs, then episodes "
+            "gymnasium's SyncVectorEnv (the same envs) and AsyncVectorEnv (16 envs per "
+            "worker of ours, a process each), then episodes "
             "finished and their mean return. Starts a local Ray runtime (dashboard off) unless "
             "Ray is already running or RAY_ADDRESS names a cluster."
         ),
@@ -176,11 +177,17 @@ def _demo(args: argparse.Namespace) -> int:
     )
     print(f"env steps/s: {result.steps_per_second:.0f}")
     for name, rate in result.peers.items():
+        envs = result.peer_envs[name]
+        setup = (
+            f"the same {envs} envs in this process"
+            if name == "SyncVectorEnv"
+            else f"{envs} envs, a process each"
+        )
         if rate is None:
-            print(f"gymnasium {name}, same envs: not measured (one process per env is too many)")
+            print(f"gymnasium {name}, {setup}: not measured (too many processes)")
         else:
             ratio = result.steps_per_second / rate
-            print(f"gymnasium {name}, same envs: {rate:.0f} env steps/s (ours: {ratio:.2f}x)")
+            print(f"gymnasium {name}, {setup}: {rate:.0f} env steps/s (ours: {ratio:.2f}x)")
     print(f"episodes finished: {result.episodes}")
     print(f"mean return: {result.mean_return:.1f}")
     print(
