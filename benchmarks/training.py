@@ -10,11 +10,12 @@ episodes. ``--write`` puts the table in docs/benchmarks.md (section ``training``
 the README's short form is quoted.
 
 Runs of one setting differ by 20% and more from one minute to the next on a small machine, so
-the settings take turns: each round runs every setting once, in an order that shifts by one
-each round, each run in a process of its own (nothing of one run, a Ray started or torch's
-threads, is left to the next). The table has each setting's median wall time with the fastest
-and slowest run, and its speed against the first setting of its trainer as the median of the
-per-round ratios (each ratio within one round, minutes apart).
+the settings take turns: each round runs every setting once, in an order shuffled anew each
+round (`round_order`: no setting always follows the same one), each run in a process of its
+own (nothing of one run, a Ray started or torch's threads, is left to the next). The table has
+each setting's median wall time with the fastest and slowest run, and its speed against the
+first setting of its trainer as the median of the per-round ratios (each ratio within one
+round, minutes apart); ``--only`` runs that first setting too (`chosen_runs`).
 
 Run it with nothing else running: ``python -m benchmarks.training --write`` (3 rounds of 200,000
 steps: about half an hour on 2 cores).
@@ -29,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import time
@@ -165,6 +167,42 @@ RUNS: list[tuple[str, str, Callable[..., LoopResult]]] = [
 ]
 
 
+def chosen_runs(only: list[str] | None) -> list[tuple[str, str, Callable[..., LoopResult]]]:
+    """The `RUNS` that `--only` names (None or empty: all), with each trainer's first setting.
+
+    A setting's speed is against its trainer's first setting, so that one runs whenever any
+    of its trainer's does.
+
+    Raises:
+        ValueError: If a name is not a setting's, naming the settings there are.
+
+    Example:
+        >>> [setting for _, setting, _ in chosen_runs(["SubprocVecEnv"])]
+        ['DummyVecEnv', 'SubprocVecEnv']
+    """
+    if not only:
+        return list(RUNS)
+    names = [setting for _, setting, _ in RUNS]
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise ValueError(f"--only: no setting {unknown}; the settings are {names}")
+    trainers = {trainer for trainer, setting, _ in RUNS if setting in only}
+    first = {trainer: next(s for t, s, _ in RUNS if t == trainer) for trainer in trainers}
+    return [run for run in RUNS if run[1] in only or first.get(run[0]) == run[1]]
+
+
+def round_order(runs: list[Any], seed: int, round_: int) -> list[Any]:
+    """The order `runs` take in round `round_`: shuffled anew each round, the same for a seed.
+
+    Example:
+        >>> round_order([1, 2, 3, 4], 0, 0) == round_order([1, 2, 3, 4], 0, 0)
+        True
+    """
+    order = list(runs)
+    random.Random(seed * 1_000 + round_).shuffle(order)
+    return order
+
+
 def _run_in_child(setting: str, args: argparse.Namespace) -> LoopResult:
     """Run `setting` once in a process of its own; its `LoopResult`."""
     command = [
@@ -224,12 +262,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         _child(args.child, args)
         return
-    runs = [run for run in RUNS if not args.only or run[1] in args.only]
+    try:
+        runs = chosen_runs(args.only)
+    except ValueError as err:
+        parser.error(str(err))
     results: dict[str, list[LoopResult]] = {setting: [] for _, setting, _ in runs}
     ratios: dict[str, list[float]] = {setting: [] for _, setting, _ in runs}
     for round_ in range(args.rounds):
-        shift = round_ % len(runs)
-        for trainer, setting, _ in runs[shift:] + runs[:shift]:
+        for trainer, setting, _ in round_order(runs, args.seed, round_):
             result = _run_in_child(setting, args)
             results[setting].append(result)
             print(f"round {round_ + 1}: {trainer}, {setting}: {result.seconds:.1f} s", flush=True)
@@ -249,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             f"`{command}`, {datetime.date.today()}, {platform.processor() or platform.machine()}"
             f" with {cores} cores, torch {torch.__version__} on the CPU, nothing else running. "
             f"{args.rounds} round(s); in each, every setting ran once, {args.steps:,} env steps "
-            f"with seed {args.seed}, in a process of its own, the order shifted by one each "
+            f"with seed {args.seed}, in a process of its own, the order shuffled each "
             f"round. SB3: {sb3}. Wall time: the median run (the fastest and slowest in "
             "brackets); the speed is the median over the rounds of the first row of the same "
             "trainer's time over this row's, in the same round. Env steps/s, collecting and "
