@@ -10,9 +10,10 @@ episodes. ``--write`` puts the table in docs/benchmarks.md (section ``training``
 the README's short form is quoted.
 
 Runs of one setting differ by 20% and more from one minute to the next on a small machine, so
-the settings take turns: each round runs every setting once, in an order shuffled anew each
-round (`round_order`: no setting always follows the same one), each run in a process of its
-own (nothing of one run, a Ray started or torch's threads, is left to the next). The table has
+the settings take turns: each round runs every setting once, in an order rotated by one each
+round and reversed every other (`round_order`: no setting always follows the same one), each
+run in a process of its own (nothing of one run, a Ray started or torch's threads, is left to
+the next). The table has
 each setting's median wall time with the fastest and slowest run, and its speed against the
 first setting of its trainer as the median of the per-round ratios (each ratio within one
 round, minutes apart); ``--only`` runs that first setting too (`chosen_runs`).
@@ -30,7 +31,6 @@ import datetime
 import json
 import os
 import platform
-import random
 import subprocess
 import sys
 import time
@@ -191,16 +191,19 @@ def chosen_runs(only: list[str] | None) -> list[tuple[str, str, Callable[..., Lo
     return [run for run in RUNS if run[1] in only or first.get(run[0]) == run[1]]
 
 
-def round_order(runs: list[Any], seed: int, round_: int) -> list[Any]:
-    """The order `runs` take in round `round_`: shuffled anew each round, the same for a seed.
+def round_order(runs: list[Any], round_: int) -> list[Any]:
+    """The order `runs` take in round `round_`: rotated by one each round, reversed every other.
+
+    So each setting's place moves from round to round, and what runs just before it changes
+    (a rotation alone keeps every setting after the same one).
 
     Example:
-        >>> round_order([1, 2, 3, 4], 0, 0) == round_order([1, 2, 3, 4], 0, 0)
-        True
+        >>> [round_order([1, 2, 3], r) for r in range(3)]
+        [[1, 2, 3], [1, 3, 2], [3, 1, 2]]
     """
-    order = list(runs)
-    random.Random(seed * 1_000 + round_).shuffle(order)
-    return order
+    shift = round_ % len(runs)
+    order = runs[shift:] + runs[:shift]
+    return order[::-1] if round_ % 2 else order
 
 
 def _run_in_child(setting: str, args: argparse.Namespace) -> LoopResult:
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, list[LoopResult]] = {setting: [] for _, setting, _ in runs}
     ratios: dict[str, list[float]] = {setting: [] for _, setting, _ in runs}
     for round_ in range(args.rounds):
-        for trainer, setting, _ in round_order(runs, args.seed, round_):
+        for trainer, setting, _ in round_order(runs, round_):
             result = _run_in_child(setting, args)
             results[setting].append(result)
             print(f"round {round_ + 1}: {trainer}, {setting}: {result.seconds:.1f} s", flush=True)
@@ -289,8 +292,9 @@ def main(argv: list[str] | None = None) -> None:
             f"`{command}`, {datetime.date.today()}, {platform.processor() or platform.machine()}"
             f" with {cores} cores, torch {torch.__version__} on the CPU, nothing else running. "
             f"{args.rounds} round(s); in each, every setting ran once, {args.steps:,} env steps "
-            f"with seed {args.seed}, in a process of its own, the order shuffled each "
-            f"round. SB3: {sb3}. Wall time: the median run (the fastest and slowest in "
+            f"with seed {args.seed}, in a process of its own, the order rotated by one "
+            f"each round and reversed every other. SB3: {sb3}. Wall time: the median run (the "
+            "fastest and slowest in "
             "brackets); the speed is the median over the rounds of the first row of the same "
             "trainer's time over this row's, in the same round. Env steps/s, collecting and "
             "updating are those of the median run. Collecting: stepping the envs and the "

@@ -43,6 +43,8 @@ def measure(env_id: str, k: int, rounds: int = 300, idle: float = 0.0) -> dict[s
     worker = EnvWorker(
         [lambda: gym.make(env_id)] * k, list(range(k)), AutoresetMode.NEXT_STEP.value
     )
+    if worker.start_error is not None:  # (an env that cannot be made)
+        raise worker.start_error
     first = worker.envs[0]
     batch = SharedBatch.create(first.observation_space, first.action_space, k)
     worker.handle("share", (batch.spec, 0, k))

@@ -71,7 +71,7 @@ def run_demo(
     progress: bool = True,
     peer_seconds: float = 2.0,
 ) -> DemoResult:
-    """Step `num_envs` envs in Ray workers with random actions, then gymnasium's on the same envs.
+    """Step `num_envs` envs in Ray workers with random actions, then gymnasium's vector envs.
 
     Starts a local Ray runtime if none is running (and shuts down only that one).
 
@@ -82,7 +82,9 @@ def run_demo(
         seed: Env ``i`` is seeded ``seed + i``; the random actions (16 batches, drawn before the
             timing and reused in turn, as for gymnasium's) come from a space seeded ``seed``.
         progress: Show a progress bar (on a terminal or in a notebook: never in a log).
-        peer_seconds: How long each of gymnasium's vector envs is measured (0: not at all).
+        peer_seconds: How long each of gymnasium's vector envs is measured (0: not at all):
+            `SyncVectorEnv` on the same envs, `AsyncVectorEnv` on `ASYNC_ENVS_PER_WORKER` per
+            worker of ours (at most as many as ours).
 
     Returns:
         The envs and workers, the env steps and wall time, the episodes finished and their mean

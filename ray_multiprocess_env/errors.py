@@ -74,10 +74,10 @@ class RemoteEnvError(RuntimeError):
         *,
         env_indices: Sequence[int] | None = None,
         num_envs: int | None = None,
-        restartable: bool = False,
+        next_step: str | None = None,
     ) -> None:
         self._num_envs = num_envs  # (of the vector env, where known: for the hint)
-        self._restartable = restartable  # (the envs' factories are known: for the hint)
+        self._next_step = next_step  # (what an `EnvCrashedError` says to do; None: its default)
         self.env_index = env_index
         self.method = method
         self.env_indices = tuple(env_indices) if env_indices is not None else (env_index,)
@@ -119,10 +119,7 @@ class EnvCrashedError(RemoteEnvError):
         gone = sorted(set(self.env_indices))
         what = f"env {gone[0]}, and its" if len(gone) == 1 else f"envs {env_list(gone)}, and their"
         hint = f"The worker of {what} state, are gone; " + (
-            'pass `on_actor_failure="restart"` to have a lost worker restarted with its envs '
-            "reset (docs/failures.md), or make the vector env again."
-            if self._restartable
-            else "create a new actor (or a new vector env) to continue."
+            self._next_step or "create a new actor (or a new vector env) to continue."
         )
         if "ModuleNotFoundError" in self.remote_traceback:
             hint += (
@@ -214,6 +211,12 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*: \S")
 #: What Ray's `ActorDiedError` says of an actor whose process ended unasked, and its pid line.
 _PROCESS_DIED = "because its worker process has died"
 _PID_LINE = re.compile(r"^\s*pid: (\d+)", re.M)
+_EXIT_TYPE = re.compile(r"Worker exit type: (\w+)")
+
+
+def process_ended(error: BaseException) -> bool:
+    """Whether `error` (Ray's, as a transport kept it) says the worker's process has ended."""
+    return _PROCESS_DIED in str(error)
 
 
 def _describe(cause: BaseException) -> str:
@@ -227,10 +230,16 @@ def _describe(cause: BaseException) -> str:
     if isinstance(original, BaseException):
         return f"{type(original).__name__}: {_first_line(str(original))}"
     text = _ANSI_ESCAPE.sub("", str(cause))
-    if _PROCESS_DIED in text:  # (Ray's guesses of why follow: the library knows only that)
+    if _PROCESS_DIED in text:
         pid = _PID_LINE.search(text)
         which = f" (pid {pid.group(1)})" if pid is not None else ""
-        return f"its worker process{which} is gone: it ended without raising an error"
+        kind = _EXIT_TYPE.search(text)
+        exit_type = kind.group(1) if kind is not None else "SYSTEM_ERROR"
+        if exit_type == "SYSTEM_ERROR":  # (Ray's guesses of why follow: it knows only that)
+            return f"its worker process{which} is gone: it ended without raising an error"
+        if exit_type == "NODE_OUT_OF_MEMORY":
+            return f"its worker process{which} was killed by Ray: its node ran low on memory"
+        return f"its worker process{which} is gone (Ray's exit type: {exit_type})"
     summary = f"{type(cause).__name__}: {_first_line(text).split(' (pid=')[0]}"
     raised = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
     return f"{summary}; it raised {raised[-1]}" if raised else summary

@@ -230,3 +230,31 @@ def test_a_replacement_given_up_is_restarted_by_the_next_call_whatever_its_ticke
         assert batch.env_ids.tolist() == [0]
         assert batch.truncations.tolist() == [True]  # the lost episode, reported
         assert len(_workers(engine)) == 3
+
+
+def test_a_worker_whose_factory_raises_answers_every_call_with_it_and_closes_the_rest():
+    """`EnvWorker` keeps a factory's error (its constructor does not raise) for every call.
+
+    Ray prints the traceback of an actor whose constructor raised on the driver's console;
+    the worker instead answers its first call with the error (`start_error`), and the envs it
+    built before the one that failed are closed.
+    """
+    from ray_multiprocess_env._worker.env_worker import EnvWorker
+
+    closed: list[bool] = []
+
+    class Recorded(FlakyEnv):
+        def close(self) -> None:
+            closed.append(True)
+
+    def broken() -> FlakyEnv:
+        raise OSError("no display")
+
+    worker = EnvWorker([Recorded, broken], [4, 5])
+    assert isinstance(worker.start_error, RuntimeError)
+    assert str(worker.start_error) == "env 5: its factory raised OSError: no display"
+    assert isinstance(worker.start_error.__cause__, OSError)
+    assert closed == [True]
+    for op, args in (("node_id", ()), ("reset", ([None] * 2, None, None))):
+        with pytest.raises(RuntimeError, match="env 5: its factory raised OSError"):
+            worker.handle(op, args)

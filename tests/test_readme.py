@@ -45,13 +45,13 @@ def _is_fragment(code: str) -> bool:
 def test_python_snippets_run_each_on_its_own(monkeypatch):
     """Every Python block of `RUNNABLE_PAGES` that is not a fragment runs alone.
 
-    Each runs in a fresh namespace; a block that quotes an example or is marked a fragment
-    (`_is_fragment`) is left out. A reader pastes one block at a time: each brings its own
-    imports, and closes what it opens. The README's notebook block ends with `ray.shutdown()`,
-    as a notebook's last cell should; here Ray is the test session's, which later tests use, so
-    that call does nothing.
+    Each runs in a fresh namespace; a block marked a fragment (`_is_fragment`) is left out. A
+    reader pastes one block at a time: each brings its own imports, and closes what it opens.
+    The README's notebook block ends with `ray.shutdown()`, as a notebook's last cell should;
+    here Ray is the test session's, which later tests use, so that call does nothing.
     """
-    pytest.importorskip("pfrl")
+    for trainer in ("pfrl", "stable_baselines3", "tianshou", "torchrl", "ray.rllib"):
+        pytest.importorskip(trainer)  # (the trainers' blocks: the test extra has them all)
     monkeypatch.setattr(ray, "shutdown", lambda *args, **kwargs: None)
     ran = 0
     for page in RUNNABLE_PAGES:

@@ -303,6 +303,8 @@ def test_a_worker_killed_is_named(transport, moment, tmp_path, caplog):
     assert "The worker of envs [2, 3], and their state, are gone" in message
     assert 'pass `on_actor_failure="restart"`' in message
     assert "OOM" not in message  # (Ray's guesses stay in `__cause__`)
+    with pytest.raises(EnvCrashedError, match=r"its worker process \(pid \d+\) is gone"):
+        envs.step(np.ones(4, int))  # (and again: the worker stays gone)
     with caplog.at_level(logging.WARNING, logger="ray_multiprocess_env"):
         envs.close()
     assert "failed `close`" not in caplog.text

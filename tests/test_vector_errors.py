@@ -207,3 +207,35 @@ def test_optional_action_space_check(layout):
         with pytest.raises(ValueError, match=r"`actions\[0\]` = -1 for env 1 is outside"):
             vec.send([-1], [1])
         assert [o.item() for o in vec.step([1, 2])[0]] == [1.0, 2.0]
+
+
+_RAY_DEATH = (
+    "The actor died unexpectedly before finishing this task.\n"
+    "\tclass_name: EnvWorker\n"
+    "\tpid: 4242\n"
+    "The actor is dead because its worker process has died. Worker exit type: {kind} Worker "
+    "exit detail: ... (1) the process was killed by the OOM killer ..."
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        (
+            "SYSTEM_ERROR",
+            "its worker process (pid 4242) is gone: it ended without raising an error",
+        ),
+        ("NODE_OUT_OF_MEMORY", "its worker process (pid 4242) was killed by Ray: its node ran low"),
+        ("INTENDED_USER_EXIT", "its worker process (pid 4242) is gone (Ray's exit type: INTENDED"),
+    ],
+)
+def test_a_worker_process_that_ended_is_described_by_what_ray_knows(kind, said):
+    """Ray's exit type decides the words; its guesses of why a process ended stay out."""
+    from ray_multiprocess_env import EnvCrashedError
+
+    error = EnvCrashedError(
+        2, "step", RuntimeError(_RAY_DEATH.format(kind=kind)), env_indices=[2, 3]
+    )
+    assert said in str(error)
+    assert "OOM killer" not in str(error)
+    assert "The worker of envs [2, 3], and their state, are gone; create a new actor" in str(error)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
-from ray_multiprocess_env._engine.pool import Pool
+from ray_multiprocess_env._engine.pool import RETRIED, Pool
 from ray_multiprocess_env._engine.records import EngineSpec
 from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
@@ -26,6 +26,7 @@ from ray_multiprocess_env.errors import (
     SpacesMismatchError,
     _EnvFailures,
     env_list,
+    process_ended,
 )
 
 __all__ = [
@@ -353,6 +354,7 @@ class Calls:
                 (first.error if first is not None else None)
                 or TimeoutError("the restarted worker did not answer"),
                 env_indices=[env for retry in failed for env in retry.envs],
+                next_step=RETRIED,
             )
 
     def error(self, call: Call, failures: list[Ticket]) -> RemoteEnvError:
@@ -366,8 +368,8 @@ class Calls:
             envs = cause.env_indices if isinstance(cause, _EnvFailures) else list(ticket.envs)
             named.append((envs, error, ticket.outcome.died))
             worker = self.pool.workers[ticket.worker]
-            if ticket.outcome.died and worker.generation == ticket.generation and not worker.lost:
-                self.pool.give_up(worker)  # (gone: `close` does not ask it to close its envs)
+            if worker.generation == ticket.generation and process_ended(error):
+                worker.gone = True  # (`close` does not ask it to close its envs)
         first_envs, first_error, _ = named[0]
         kind = EnvCrashedError if any(died for _, _, died in named) else RemoteEnvError
         indices = [i for envs, _, _ in named for i in envs]
@@ -377,10 +379,19 @@ class Calls:
             first_error,
             env_indices=indices,
             num_envs=self.pool.num_envs,
-            restartable=self.pool.has_factories,
+            next_step=_RESTART_HINT
+            if self.pool.has_factories and not self.pool.can_restart
+            else None,
         )
         error.__cause__ = first_error
         return error
+
+
+#: What the error of a worker the library made, found dead with no restart, says to do next.
+_RESTART_HINT = (
+    'pass `on_actor_failure="restart"` to have a lost worker restarted with its envs reset '
+    "(docs/failures.md), or make the vector env again."
+)
 
 
 def _later(deadline: float | None, other: float | None) -> float | None:

@@ -21,9 +21,15 @@ from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
 from ray_multiprocess_env.errors import EnvCrashedError, env_list
 
-__all__ = ["Launcher", "Pool", "Worker", "worker_layout"]
+__all__ = ["RETRIED", "Launcher", "Pool", "Worker", "worker_layout"]
 
 logger = logging.getLogger(__name__)
+
+
+#: What an `EnvCrashedError` of a worker the pool restarts says to do next (its hint's end):
+#: its restart failed, or its restart budget is spent.
+RETRIED = "the next call that needs them tries to restart the worker again."
+_MAKE_AGAIN = "make the vector env again (or allow more restarts, as said above) to continue."
 
 
 class Worker:
@@ -35,6 +41,7 @@ class Worker:
         "env_list",
         "envs",
         "generation",
+        "gone",
         "index",
         "lost",
         "node_id",
@@ -49,6 +56,7 @@ class Worker:
         self.env_list = list(envs)
         self.generation = 0
         self.lost = False  # killed without a replacement (a restart failed or was given up)
+        self.gone = False  # its process is known to have ended (`Calls.error`): not asked again
         self.node_id: str | None = None
 
     @property
@@ -178,7 +186,7 @@ class Pool:
 
     @property
     def has_factories(self) -> bool:
-        """Whether the envs' factories are known (not the user's own actors): restartable."""
+        """Whether the envs' factories are known (not the user's own actors): restarts can be."""
         return self._env_fns is not None
 
     @property
@@ -216,7 +224,9 @@ class Pool:
                 f"the most `max_restarts={limit}` allows (raise it, or pass None for no limit)"
             )
             budget.__cause__ = cause
-            raise EnvCrashedError(worker.envs.start, label, budget, env_indices=envs) from budget
+            raise EnvCrashedError(
+                worker.envs.start, label, budget, env_indices=envs, next_step=_MAKE_AGAIN
+            ) from budget
         logger.warning(
             "The worker of env(s) %s %s in `%s`; restarting it.", env_list(worker.envs), why, label
         )
@@ -232,11 +242,13 @@ class Pool:
         except (TimeoutError, ValueError, EnvCrashedError) as err:  # (ValueError: no node fits)
             self._restarts[index] = restarts + 1  # a failed try counts; an interrupted one not
             self.give_up(worker)
-            raise EnvCrashedError(worker.envs.start, label, err, env_indices=worker.envs) from err
+            raise EnvCrashedError(
+                worker.envs.start, label, err, env_indices=worker.envs, next_step=RETRIED
+            ) from err
         except BaseException:  # interrupted: the next call finds it lost and tries again
             self.give_up(worker)
             raise
-        worker.lost = False
+        worker.lost = worker.gone = False
         self._restarts[index] = restarts + 1  # counted once the replacement is connected
 
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
@@ -254,11 +266,12 @@ class Pool:
     def close_envs(self, seconds: float) -> list[Ticket]:
         """Ask every worker to close its envs; the tickets that failed or are late.
 
-        A worker given up (`give_up`: killed by the library, with no replacement) is not asked.
+        A worker given up (`give_up`: killed by the library, with no replacement), or whose
+        process is known to have ended (`Worker.gone`), is not asked.
         """
         tickets = []
         for worker in self.workers:
-            if worker.lost:
+            if worker.lost or worker.gone:
                 continue
             ticket = Ticket(worker.index, worker.generation, "close", (), tuple(worker.envs))
             worker.transport.submit(ticket)

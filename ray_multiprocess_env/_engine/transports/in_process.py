@@ -181,7 +181,7 @@ class InProcessLauncher:
                 every = workers[-1].envs.stop if label == "start" else None  # (as Ray's)
                 raise EnvCrashedError(
                     worker.envs.start, label, error, env_indices=worker.envs, num_envs=every
-                )
+                ) from error
             worker.node_id, worker.transport = "in-process", InProcessTransport(thread)
 
     def open(self, *args: Any, **kwargs: Any) -> None:
