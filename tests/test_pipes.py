@@ -11,9 +11,10 @@ import os
 import socket
 import struct
 
+import numpy as np
 import pytest
 
-from ray_multiprocess_env._protocol.pipes import HEADER, Inbox
+from ray_multiprocess_env._protocol.pipes import HEADER, Inbox, dumps, loads
 
 
 @pytest.fixture(params=["pipe", "socket"])
@@ -84,3 +85,29 @@ def test_a_connection_reset_by_the_worker_is_its_end():
     assert ended
     assert messages in ([(1, b"last")], [])  # (a reset may discard what was not read yet)
     driver.close()
+
+
+def test_numpy_scalars_come_back_with_their_type_and_bits():
+    """`dumps` pickles numpy's common scalars by value (cheaper); each comes back exactly."""
+    scalars = [
+        np.float64(-0.128),
+        np.float64(-0.0),
+        np.float64("nan"),
+        np.float32(-0.006000001),
+        np.float32("-inf"),
+        np.float16(1.5),
+        np.int64(-(2**63)),
+        np.uint64(2**64 - 1),
+        np.int32(7),
+        np.int8(-5),
+        np.uint8(255),
+        np.bool_(True),
+        np.complex128(1 + 2j),  # (not by value: numpy's own reduction)
+    ]
+    infos = {0: {"x": scalars[0], "y": scalars[3]}, 1: {"flag": scalars[11]}}
+    back_scalars, back_infos = loads(dumps((scalars, infos)))
+    for sent, got in zip(scalars, back_scalars, strict=True):
+        assert type(got) is type(sent)
+        assert got.tobytes() == sent.tobytes()
+    assert back_infos == infos
+    assert type(back_infos[0]["y"]) is np.float32

@@ -19,6 +19,8 @@ This module imports nothing of the driver side.
 
 from __future__ import annotations
 
+import copyreg
+import io
 import os
 import pickle
 import struct
@@ -58,13 +60,44 @@ def dumps(value: Any) -> bytes:
     Plain data (numbers, strings, numpy arrays of numbers, and tuples, lists and dicts of them)
     pickles the same either way, and stdlib pickle is several times faster for it; anything
     else (classes from ``__main__`` or a notebook cell, lambdas, ...) goes through cloudpickle.
+    Numpy's common scalars (an env's infos are full of them) are pickled as their type called
+    on the Python number they hold (`_SCALARS`): the same value and type back, at a quarter of
+    numpy's own reduction's cost (about 1.2 µs a scalar).
     """
     if _plain(value, 0):
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        buffer = io.BytesIO()
+        _ScalarPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+        return buffer.getvalue()
     return bytes(cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))  # type: ignore[no-untyped-call]
 
 
-_PLAIN_TYPES = frozenset((int, float, bool, str, bytes, type(None)))
+def _by_value(kind: type, as_python: type) -> Callable[[Any], tuple[Any, tuple[Any]]]:
+    """A reduction of a numpy scalar of `kind`: `kind` called on its value as `as_python`.
+
+    Exact both ways: a float32 or float64 is a Python float exactly, an integer of up to 64
+    bits a Python int, a bool a bool.
+    """
+    return lambda scalar: (kind, (as_python(scalar),))
+
+
+#: The numpy scalars `dumps` pickles by value (`_by_value`), with the Python type each holds.
+_SCALARS: dict[type, type] = {
+    **dict.fromkeys((np.float64, np.float32, np.float16), float),
+    **dict.fromkeys((np.int64, np.int32, np.int16, np.int8), int),
+    **dict.fromkeys((np.uint64, np.uint32, np.uint16, np.uint8), int),
+    np.bool_: bool,
+}
+
+
+class _ScalarPickler(pickle.Pickler):
+    """Stdlib's pickler, with numpy's common scalars reduced by value (`dumps`)."""
+
+    dispatch_table = {**copyreg.dispatch_table} | {
+        kind: _by_value(kind, python) for kind, python in _SCALARS.items()
+    }
+
+
+_PLAIN_TYPES = frozenset((int, float, bool, str, bytes, type(None), *_SCALARS))
 _CONTAINERS = frozenset((tuple, list, Piece))
 
 
@@ -72,6 +105,8 @@ def _plain(value: Any, depth: int) -> bool:
     """Whether `value` is plain data (see `dumps`), looking at most a few containers deep.
 
     Exact types only: a subclass (an `IntEnum` from a notebook cell, say) needs cloudpickle.
+    The items of a container that are plain scalars are told at once (the usual infos: a
+    dict of numbers per env), with no call each.
     """
     kind = type(value)
     if kind in _PLAIN_TYPES:
@@ -79,8 +114,8 @@ def _plain(value: Any, depth: int) -> bool:
     if kind in _CONTAINERS:
         if depth > 4:
             return False
-        for item in value:  # noqa: SIM110 - a loop: `all` of a generator costs more, per reply
-            if not _plain(item, depth + 1):
+        for item in value:
+            if type(item) not in _PLAIN_TYPES and not _plain(item, depth + 1):
                 return False
         return True
     if kind is np.ndarray:
@@ -91,7 +126,9 @@ def _plain(value: Any, depth: int) -> bool:
         return value.__module__ in ("builtins", "numpy")
     if kind is dict and depth <= 4:
         for key, item in value.items():
-            if not (_plain(key, depth + 1) and _plain(item, depth + 1)):
+            if type(key) not in _PLAIN_TYPES and not _plain(key, depth + 1):
+                return False
+            if type(item) not in _PLAIN_TYPES and not _plain(item, depth + 1):
                 return False
         return True
     return False
