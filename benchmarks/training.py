@@ -2,12 +2,12 @@
 
 Every other benchmark times the envs. This one times training: SB3's PPO on HalfCheetah-v5 with
 16 envs over SB3's `DummyVecEnv` and `SubprocVecEnv` and over ours (`make_sb3_vec_env`), and a
-CleanRL-style PPO loop (`benchmarks.ppo_loop`) over gymnasium's `SyncVectorEnv`, envpool and
-ours (`make_vector_env`), each for the same number of env steps with the same seed. It reports
-the wall time, env steps/s, the share of the time spent collecting (stepping the envs and the
-policy's forward passes) and updating, and the mean return of the first and the last 16
-episodes. ``--write`` puts the table in docs/benchmarks.md (section ``training``), from which
-the README's short form is quoted.
+CleanRL-style PPO loop (`benchmarks.ppo_loop`) over gymnasium's `SyncVectorEnv` and
+`AsyncVectorEnv` (a process per env), envpool and ours (`make_vector_env`), each for the same
+number of env steps with the same seed. It reports the wall time, env steps/s, the share of the
+time spent collecting (stepping the envs and the policy's forward passes) and updating, and the
+mean return of the first and the last 16 episodes. ``--write`` puts the table in
+docs/benchmarks.md (section ``training``), from which the README's short form is quoted.
 
 Runs of one setting differ by 20% and more from one minute to the next on a small machine, so
 the settings take turns: each round runs every setting once, in an order rotated by one each
@@ -47,7 +47,7 @@ from benchmarks.report import write_section
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 SB3_SETTINGS = ("DummyVecEnv", "SubprocVecEnv", "ours (SB3VecEnv)")
-LOOP_SETTINGS = ("SyncVectorEnv", "envpool", "ours (make_vector_env)")
+LOOP_SETTINGS = ("SyncVectorEnv", "AsyncVectorEnv", "envpool", "ours (make_vector_env)")
 EPISODES = 16  # the first and the last this many episodes give the returns reported
 
 
@@ -138,8 +138,9 @@ class _EnvpoolVector:
 
 @contextlib.contextmanager
 def _loop_envs(setting: str, env_id: str, num_envs: int, seed: int) -> Iterator[Any]:
-    if setting == "SyncVectorEnv":
-        envs: Any = gym.make_vec(env_id, num_envs, vectorization_mode="sync")
+    if setting in ("SyncVectorEnv", "AsyncVectorEnv"):  # (async: a process per env)
+        mode = "sync" if setting == "SyncVectorEnv" else "async"
+        envs: Any = gym.make_vec(env_id, num_envs, vectorization_mode=mode)
     elif setting == "envpool":
         envs = _EnvpoolVector(env_id, num_envs, seed)
     else:
