@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 
 #: What an `EnvCrashedError` of a worker the pool restarts says to do next (its hint's end):
-#: its restart failed, or its restart budget is spent.
+#: after a restart that failed (`RETRIED`), after the last restart the budget allows.
 RETRIED = "the next call that needs them tries to restart the worker again."
 _MAKE_AGAIN = "make the vector env again (or allow more restarts, as said above) to continue."
 
