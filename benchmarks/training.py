@@ -13,10 +13,10 @@ Runs of one setting differ by 20% and more from one minute to the next on a smal
 the settings take turns: each round runs every setting once, in an order rotated by one each
 round and reversed every other (`round_order`: no setting always follows the same one), each
 run in a process of its own (nothing of one run, a Ray started or torch's threads, is left to
-the next). The table has
-each setting's median wall time with the fastest and slowest run, and its speed against the
-first setting of its trainer as the median of the per-round ratios (each ratio within one
-round, minutes apart); ``--only`` runs that first setting too (`chosen_runs`).
+the next). The table has each setting's median wall time with the fastest and slowest run,
+and its speed against the first setting of its trainer as the median of the per-round ratios
+(each ratio within one round, minutes apart); ``--only`` runs that first setting too
+(`chosen_runs`).
 
 Run it with nothing else running: ``python -m benchmarks.training --write`` (3 rounds of 200,000
 steps: about half an hour on 2 cores).
@@ -295,9 +295,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{args.rounds} round(s); in each, every setting ran once, {args.steps:,} env steps "
             f"with seed {args.seed}, in a process of its own, the order rotated by one "
             f"each round and reversed every other. SB3: {sb3}. Wall time: the median run (the "
-            "fastest and slowest in "
-            "brackets); the speed is the median over the rounds of the first row of the same "
-            "trainer's time over this row's, in the same round. Env steps/s, collecting and "
+            "fastest and slowest in brackets); the speed is the median over the rounds of the "
+            "first row of the same trainer's time over this row's, in the same round. Env "
+            "steps/s, collecting and "
             "updating are those of the median run. Collecting: stepping the envs and the "
             "policy's forward passes; updating: the gradient steps (for SB3, everything outside "
             f"its rollouts). Returns: the mean of the first and of the last {EPISODES} episodes.",

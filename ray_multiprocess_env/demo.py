@@ -116,13 +116,14 @@ def run_demo(
     finally:
         shutdown_runtime()
     peers: dict[str, float | None] = {}
-    sizes = {"SyncVectorEnv": count, "AsyncVectorEnv": min(count, ASYNC_ENVS_PER_WORKER * workers)}
+    async_envs = min(count, ASYNC_ENVS_PER_WORKER * workers)
+    sizes = {"SyncVectorEnv": count, "AsyncVectorEnv": async_envs}
     if peer_seconds > 0:
         make = functools.partial(gym.make, env_id)
         peers["SyncVectorEnv"] = _rate(gym.vector.SyncVectorEnv, make, count, peer_seconds)
         peers["AsyncVectorEnv"] = (
-            _rate(_async_vector_env, make, sizes["AsyncVectorEnv"], peer_seconds)
-            if sizes["AsyncVectorEnv"] <= MAX_ASYNC_PROCESSES
+            _rate(_async_vector_env, make, async_envs, peer_seconds)
+            if async_envs <= MAX_ASYNC_PROCESSES
             else None
         )
     mean_return = float(np.mean(finished)) if finished else float("nan")

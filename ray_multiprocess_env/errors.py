@@ -230,7 +230,7 @@ def _describe(cause: BaseException) -> str:
     if isinstance(original, BaseException):
         return f"{type(original).__name__}: {_first_line(str(original))}"
     text = _ANSI_ESCAPE.sub("", str(cause))
-    if _PROCESS_DIED in text:
+    if process_ended(cause):
         pid = _PID_LINE.search(text)
         which = f" (pid {pid.group(1)})" if pid is not None else ""
         kind = _EXIT_TYPE.search(text)

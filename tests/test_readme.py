@@ -37,16 +37,11 @@ def _blocks(name: str, language: str) -> list[str]:
     return [code for lang, code in _BLOCK.findall(text) if lang == language]
 
 
-def _is_fragment(code: str) -> bool:
-    """A block that says it is a fragment (its first line): it does not run alone."""
-    return code.startswith("# (fragment)")
-
-
 def test_python_snippets_run_each_on_its_own(monkeypatch):
-    """Every Python block of `RUNNABLE_PAGES` that is not a fragment runs alone.
+    """Every Python block of `RUNNABLE_PAGES` runs alone.
 
-    Each runs in a fresh namespace; a block marked a fragment (`_is_fragment`) is left out. A
-    reader pastes one block at a time: each brings its own imports, and closes what it opens.
+    Each runs in a fresh namespace: a reader pastes one block at a time, so each brings its own
+    imports, and closes what it opens.
     The README's notebook block ends with `ray.shutdown()`, as a notebook's last cell should;
     here Ray is the test session's, which later tests use, so that call does nothing.
     """
@@ -56,8 +51,6 @@ def test_python_snippets_run_each_on_its_own(monkeypatch):
     ran = 0
     for page in RUNNABLE_PAGES:
         for code in _blocks(page, "python"):
-            if _is_fragment(code):
-                continue
             namespace: dict[str, object] = {"__name__": "readme"}
             exec(compile(code, page, "exec"), namespace)
             left_open = [
@@ -91,7 +84,7 @@ def test_every_japanese_page_has_an_english_one():
 
 
 def test_every_trainer_block_runs_as_pasted_and_links_its_example():
-    """The README's trainer blocks are whole programs (none a fragment), each beside its script.
+    """The README's trainer sections each have a block (which runs) and link their script.
 
     `test_python_snippets_run_each_on_its_own` runs them; each trainer's section links the
     script of `examples/` that trains it to a threshold, and that script exists.
@@ -109,7 +102,6 @@ def test_every_trainer_block_runs_as_pasted_and_links_its_example():
     for part in trainers[:5]:
         blocks = [code for lang, code in _BLOCK.findall(part) if lang == "python"]
         assert blocks, part
-        assert not any(_is_fragment(code) for code in blocks), part
         linked = re.findall(r"\]\((examples/\w+\.py)\)", part)
         assert linked, part
         assert all((ROOT / name).exists() for name in linked), part
