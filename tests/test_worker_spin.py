@@ -115,11 +115,16 @@ def _cpu_ns(pid: int) -> int:
 
 
 def _asleep(pid: int) -> bool:
-    """Whether `pid`'s main thread sleeps, and not on a futex (waiting for the GIL)."""
+    """Whether `pid`'s main thread sleeps, and not on a futex (waiting for the GIL).
+
+    Its wait channel must name where it sleeps: a thread that woke between the two reads
+    (a GIL wait ending) reads "0" there, and is running, not asleep.
+    """
     with open(f"/proc/{pid}/task/{pid}/stat") as stat:
         state = stat.read().rsplit(")", 1)[1].split()[0]
     with open(f"/proc/{pid}/task/{pid}/wchan") as wchan:
-        return state == "S" and "futex" not in wchan.read()
+        where = wchan.read().strip()
+    return state == "S" and where not in ("", "0") and "futex" not in where
 
 
 def _cpu_until_asleep(*pids: int) -> list[int]:
