@@ -4,6 +4,11 @@ One tracker per engine (as gymnasium's ``AsyncVectorEnv`` keeps one ``AsyncState
 first by every verb of the engine, so every face refuses the same calls with the same errors.
 Every change of it is all or nothing under a Ctrl-C: each method that changes more than one
 field runs inside `deferred_interrupts`, so an interrupt lands before or after it, never inside.
+
+The checks speak the face's own words for its first-ready verbs (`InFlightWords`): gymnasium's
+and pfrl's faces expose envpool's ``send`` and ``recv``; Tianshou's has one ``step`` that sends
+and collects, and ``step(None)`` that only collects. Given once at `Engine.start`, they make a
+user read only verbs they call.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import enum
 import numbers
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -18,7 +24,6 @@ import numpy as np
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
-from ray_multiprocess_env._engine.words import SEND_RECV, InFlightWords
 from ray_multiprocess_env.errors import (
     ClosedEnvError,
     NoPendingCallError,
@@ -26,7 +31,18 @@ from ray_multiprocess_env.errors import (
     env_list,
 )
 
-__all__ = ["Call", "CallState", "LaneSent", "LazyTickets", "State", "T", "as_is", "hand_out"]
+__all__ = [
+    "SEND_RECV",
+    "Call",
+    "CallState",
+    "InFlightWords",
+    "LaneSent",
+    "LazyTickets",
+    "State",
+    "T",
+    "as_is",
+    "hand_out",
+]
 
 #: What a face makes of a batch (a verb's `finish`).
 T = TypeVar("T")
@@ -35,6 +51,43 @@ T = TypeVar("T")
 def as_is(batch: Any) -> Any:
     """A verb's `finish` by default: the batch itself."""
     return batch
+
+
+@dataclass(frozen=True)
+class InFlightWords:
+    """A face's words for its first-ready calls (the defaults: ``send``/``recv``).
+
+    The templates are `str.format`-ted with the fields each one names.
+    """
+
+    #: The verb that puts envs in flight: errors of a send name it.
+    send: str = "send"
+    #: The verb that collects them: its errors and timeouts name it.
+    recv: str = "recv"
+    #: A send refused: env ``{env}`` has a call (a step or a reset) still in flight.
+    busy_send: str = (
+        "env {env} already has a call in flight; `recv` its result before sending it another "
+        "action."
+    )
+    #: A reset refused: env ``{env}`` has a call (a step or a reset) still in flight.
+    busy_reset: str = (
+        "env {env} already has a call in flight; `recv` its result before resetting it."
+    )
+    #: A call ``{verb}`` refused while the envs ``{envs}`` have first-ready calls in flight (any
+    #: verb that may not run beside them: a full reset, Tianshou's `seed` or `render`...).
+    busy_all: str = (
+        "`{verb}` was called while env(s) {envs} have calls in flight; `recv` them first."
+    )
+    #: A collect with nothing in flight.
+    nothing: str = (
+        "`recv` was called with nothing in flight; `send` actions (or `async_reset`) first."
+    )
+    #: How the user waits longer for the envs a timeout leaves in flight.
+    again: str = "call `recv` again to wait longer"
+
+
+#: envpool's words, which gymnasium's and pfrl's faces use.
+SEND_RECV = InFlightWords()
 
 
 class State(enum.Enum):

@@ -25,7 +25,15 @@ import numpy as np
 import ray
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
+from ray_multiprocess_env._engine.call_state import (
+    SEND_RECV,
+    Call,
+    CallState,
+    InFlightWords,
+    T,
+    as_is,
+    hand_out,
+)
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
@@ -34,11 +42,10 @@ from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
-from ray_multiprocess_env._engine.reset_args import env_kwargs, reset_positions, worker_args
+from ray_multiprocess_env._engine.splits import env_kwargs, reset_positions, worker_args
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
-from ray_multiprocess_env._engine.words import SEND_RECV, InFlightWords
 from ray_multiprocess_env._protocol.shared_layout import shared_memory_supported
 
 __all__ = ["Engine"]

@@ -23,8 +23,13 @@ from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch, EngineSpec
-from ray_multiprocess_env._engine.reset_args import env_kwargs, ticket_positions, worker_args
-from ray_multiprocess_env._engine.splits import Split, split_per_worker
+from ray_multiprocess_env._engine.splits import (
+    Split,
+    env_kwargs,
+    split_per_worker,
+    ticket_positions,
+    worker_args,
+)
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets

@@ -1,7 +1,7 @@
 """First-ready calls on the workers' lanes: no ticket or outcome while all is well.
 
 `FirstReadyLanes.send` writes the actions of whole workers' envs into their rows and rings
-each worker's doorbell (`lane_set.Lane`), keeping a `LaneSend` per worker in the call state
+each worker's doorbell (`lanes.Lane`), keeping a `LaneSend` per worker in the call state
 (`CallState.sent`): the lane, the actions, the sequence number. `FirstReadyLanes.reset`
 (``async_reset``) posts each worker's reset as `Lanes.launch_reset` does and keeps a
 `LaneSend` of it, whose answer is handed out as a step's. `recv` reads the answers of
@@ -30,8 +30,7 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import CallState, State, T
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lane_set import Lane
-from ray_multiprocess_env._engine.lanes import Lanes, answer_part, lane_ticket, took_reply
+from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket, took_reply
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.store import BatchStore

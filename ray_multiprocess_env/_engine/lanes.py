@@ -1,8 +1,10 @@
 """The workers' lanes: a step or a reset with no ticket, outcome or pickle while all is well.
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
-follow the messages). `Lanes.launch` writes the actions of every env, or of whole workers'
-envs (`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
+follow the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once
+all are hot, with pollers of the sets of their pipes that first-ready calls wait on.
+`Lanes.launch` writes the actions of every env, or of whole workers' envs
+(`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
 `Engine.step` calls the two itself, to ring, wait and hand out in one block); `launch_reset`
 sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
 what counts). Either keeps only the sequence numbers (`LaneCall`); `Lanes.wait` reads each
@@ -24,6 +26,7 @@ env (SB3's layout), which has no columns (`REPLY`).
 
 from __future__ import annotations
 
+import select
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +34,6 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lane_set import Lane, LaneSet
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
@@ -44,13 +46,66 @@ from ray_multiprocess_env._protocol.status import reply_of_code
 
 __all__ = [
     "REPLY",
+    "Lane",
     "LaneCall",
+    "LaneSet",
     "Lanes",
+    "Polled",
     "StepPlan",
     "answer_part",
     "lane_ticket",
     "took_reply",
 ]
+
+#: A poller of some workers' pipes, with each descriptor's worker and its place among them.
+Polled = tuple[Any, dict[int, int], dict[int, int]]
+
+#: The most pollers a `LaneSet` keeps (one per set of workers waited on; then it starts over).
+_POLLERS = 256
+
+
+class Lane:
+    """One worker's lane: its transport, what a step of all its envs needs, its pipe's poller."""
+
+    __slots__ = ("envs", "generation", "poller", "start", "stop", "transport", "worker")
+
+    def __init__(self, worker: Any) -> None:
+        self.worker, self.generation, self.envs = worker.index, worker.generation, worker.envs
+        self.transport: Any = worker.transport
+        self.start, self.stop = worker.envs.start, worker.envs.stop
+        self.poller = select.poll()  # (`Lanes.wait_held`)
+        self.poller.register(self.transport.fileno(), select.POLLIN)
+
+
+class LaneSet:
+    """Every worker's lane, as made once all were hot, and pollers of sets of their pipes."""
+
+    __slots__ = ("lanes", "pollers")
+
+    def __init__(self, lanes: list[Lane]) -> None:
+        self.lanes = lanes
+        self.pollers: dict[int, Polled] = {}
+
+    def polled(self, key: int) -> Polled:
+        """A poller of the pipes of the workers in `key` (a bit each).
+
+        With each descriptor's worker, and its place among those workers (ascending).
+        """
+        polled = self.pollers.get(key)
+        if polled is None:
+            poller = select.poll()
+            worker_of: dict[int, int] = {}
+            at: dict[int, int] = {}
+            for lane in self.lanes:
+                if key >> lane.worker & 1:
+                    fd = lane.transport.fileno()
+                    poller.register(fd, select.POLLIN)
+                    worker_of[fd], at[fd] = lane.worker, len(at)
+            if len(self.pollers) >= _POLLERS:  # (sets of workers seen: bounded)
+                self.pollers = {}
+            polled = self.pollers[key] = (poller, worker_of, at)
+        return polled
+
 
 #: A `LaneCall` code: the worker's reply, not a record, is in `LaneCall.outcomes`.
 REPLY = -3

@@ -8,6 +8,9 @@ then handed out as views, with no work per env; the rows of some envs (`recv`) a
 
 Infos: the workers' pieces are merged in gymnasium's layout (`merge_infos`), and numeric keys
 seen once get a column in shared memory (`learn`), written by the same-node workers in place.
+A call whose every info is in a column (a bit each, as the workers say) hands out a copy of each
+column written and of its mask, in `columns_of`'s layout: `plan_copies` works that layout out
+once per set of columns written, and `copy_infos` makes the copies of each call.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env._engine.info_copies import copy_infos, plan_copies
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._protocol.info_merge import columns_of, merge_infos
 from ray_multiprocess_env._protocol.infos import InfoColumn, learnable
@@ -29,7 +31,7 @@ from ray_multiprocess_env._protocol.shared_layout import (
 )
 from ray_multiprocess_env.batch import copy_batch, stack, take, unstack
 
-__all__ = ["BatchStore"]
+__all__ = ["BatchStore", "copy_infos", "plan_copies"]
 
 #: At most this many info keys get a column in shared memory.
 _MAX_COLUMNS = 64
@@ -379,3 +381,34 @@ def _rows_map(env_ids: np.ndarray, num_envs: int) -> np.ndarray:
     env_rows = np.full(num_envs, -1)
     env_rows[env_ids] = np.arange(len(env_ids))
     return env_rows
+
+
+def plan_copies(columns: Sequence[InfoColumn], written: int) -> tuple[Any, ...]:
+    """What `copy_infos` copies of the `columns` written (a bit each), in `columns_of`'s order.
+
+    For keys at the top of the infos, those keys (each key, then its mask's) and their
+    arrays; where some key is nested, ``(path, values, mask)`` of each column instead.
+    """
+    chosen = [column for i, column in enumerate(columns) if written >> i & 1]
+    if any(len(column.path) > 1 for column in chosen):
+        return None, None, [(column.path, column.values, column.mask) for column in chosen]
+    keys, arrays = [], []
+    for column in chosen:
+        keys += [column.path[0], f"_{column.path[0]}"]
+        arrays += [column.values, column.mask]
+    return keys, arrays, None
+
+
+def copy_infos(plan: tuple[Any, ...]) -> dict[str, Any]:
+    """The infos of a `plan_copies`: each column's values and mask copied, as `columns_of` does."""
+    keys, arrays, nested = plan
+    if nested is None:  # (every key at the top: the copies made in one go)
+        return dict(zip(keys, map(np.ndarray.copy, arrays), strict=True))
+    infos: dict[str, Any] = {}
+    for path, values, mask in nested:
+        node = infos
+        for parent in path[:-1]:
+            node = node.setdefault(parent, {})
+        node[path[-1]] = values.copy()
+        node[f"_{path[-1]}"] = mask.copy()
+    return infos

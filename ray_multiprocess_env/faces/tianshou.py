@@ -22,13 +22,13 @@ from gymnasium import spaces
 from tianshou.env import BaseVectorEnv
 
 from ray_multiprocess_env._engine import Batch, Engine, Options
+from ray_multiprocess_env._engine.call_state import InFlightWords
 from ray_multiprocess_env._engine.options import (
     check_env_ids,
     check_positive_int,
     check_seed_list,
     seconds_of,
 )
-from ray_multiprocess_env._engine.words import InFlightWords
 from ray_multiprocess_env.batch import stack
 from ray_multiprocess_env.faces.tianshou_results import reset_result, step_result
 

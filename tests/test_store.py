@@ -1,4 +1,4 @@
-"""The infos copied by a plan made once (`info_copies`) are exactly `columns_of`'s.
+"""The infos copied by a plan made once (`store.plan_copies`) are exactly `columns_of`'s.
 
 The same keys in the same order, the same values, and copies the next call cannot change.
 """
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ray_multiprocess_env._engine.info_copies import copy_infos, plan_copies
+from ray_multiprocess_env._engine.store import copy_infos, plan_copies
 from ray_multiprocess_env._protocol.info_merge import columns_of
 from ray_multiprocess_env._protocol.infos import InfoColumn
 
