@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.call_state import hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket, took_reply
+from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
@@ -66,8 +66,7 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._wait_slow,
     Lanes.wait,
     Lanes.wait_held,
-    Lanes._took_reply,
-    PipeTransport.take_reply,
+    SharedMemoryTransport._take_infos,
     LaneCall.tickets,
     SharedMemoryTransport.read_lane,
     TcpTransport.read_lane,
@@ -96,9 +95,7 @@ RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.wait,
     Lanes.wait_held,
-    Lanes._took_reply,
-    took_reply,
-    PipeTransport.take_reply,
+    SharedMemoryTransport._take_infos,
     LaneCall.tickets,
     lane_ticket,
     PipeTransport.adopt,
@@ -126,6 +123,10 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     SharedMemoryTransport.ring,
     Lanes.wait,
     Lanes.wait_held,
+    SharedMemoryTransport.read_lane,
+    SharedMemoryTransport._take_infos,  # (Tianshou's info dicts per env follow the record)
+    TcpTransport.read_lane,
+    TcpTransport._rows_in,
     Lanes.batch,
     answer_part,
     hand_out,

@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, LaneSend
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes, lane_ticket, took_reply
+from ray_multiprocess_env._engine.lanes import Lanes, lane_ticket
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
@@ -82,8 +82,7 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.recv,
     FirstReadyLanes._read,
-    took_reply,
-    PipeTransport.take_reply,
+    SharedMemoryTransport._take_infos,
     CallState.make_tickets,
     LaneSend.ticket,
     lane_ticket,
@@ -277,7 +276,8 @@ def test_ctrl_c_at_any_line_of_a_tianshou_async_step_leaves_waiting_id_true():
     with contextlib.closing(envs):
         envs.reset()
         fired_in = 0
-        for function, line in rounds_of([type(envs).step, FirstReadyVerbs.send]):
+        code = [type(envs).step, FirstReadyVerbs.send, FirstReadyLanes._read]
+        for function, line in rounds_of([*code, SharedMemoryTransport._take_infos]):
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
                 with interrupt_at_line(function, line) as fired:

@@ -7,6 +7,7 @@ travel as a record (and mean exactly the reply it stands for), and anything else
 from __future__ import annotations
 
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from ray_multiprocess_env._engine.transports.pipes import decode_reply
 from ray_multiprocess_env._protocol import status
 from ray_multiprocess_env._protocol.infos import Piece
-from ray_multiprocess_env._protocol.pipes import dumps, encode_result, run
+from ray_multiprocess_env._protocol.pipes import dumps, encode_result, infos_answer, run
 from ray_multiprocess_env._protocol.stream import split_tail, trailer
 
 
@@ -37,7 +38,6 @@ def test_a_step_in_place_travels_as_a_record_and_reads_back_the_same(columns, ol
         # rows that travel (no shared memory), infos off the columns, another operation's value
         (np.zeros((2, 3)), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), (None, 0), False),
         (None, None, None, None, ([Piece(("k",), "typed", np.arange(2), np.ones(2))], 1), False),
-        (None, None, None, None, {0: {"k": 1}}, False),
         [1, 2],
         None,
     ],
@@ -46,6 +46,35 @@ def test_anything_else_is_a_pickle_that_is_never_taken_for_a_record(value):
     data = encode_result(True, value, [0, 1], "step")
     assert not status.is_record(data)
     assert pickle.loads(data)[0] is True
+
+
+@pytest.mark.parametrize("old_api", [False, True])
+def test_info_dicts_per_env_follow_a_record_and_read_back_the_same_values_and_types(old_api):
+    """SB3's and Tianshou's layout: the record says how long the pickle of the dicts is."""
+    infos = {0: {"x": np.float64(1.5), "r": np.float32(-0.25)}, 2: {"k": 1, "tuple": (1, "a")}}
+    reply = (None, None, None, None, infos, old_api)
+    data = encode_result(True, reply, [4, 5, 6], "step")
+    assert status.is_record(data)
+    assert status.infos_length(data) == (len(data) - status.RECORD.size, old_api)
+    assert status.code_of(*status.RECORD.unpack_from(data)) == -1  # (never a column answer)
+    for payload in (data, data + b"\1" * 24 + trailer(24)):  # (over the stream, rows after it)
+        assert infos_answer(payload) == (infos, old_api)
+        assert decode_reply(payload).value == reply
+    read = infos_answer(data)[0]
+    assert [type(v) for v in read[0].values()] == [np.float64, np.float32]
+    assert infos_answer(dumps((True, reply))) is None  # (a pickle is not one)
+    assert infos_answer(data[:-1]) is None  # (cut short of its pickle)
+
+
+def test_info_dicts_per_env_that_cannot_be_pickled_are_an_error_naming_the_env():
+    """An info the driver could never read is reported as the env's failure, not sent."""
+    reply = (None, None, None, None, {1: {"lock": threading.Lock()}}, False)
+    data = encode_result(True, reply, [4, 5], "step")
+    assert not status.is_record(data)
+    outcome = decode_reply(data)
+    assert not outcome.ok
+    assert outcome.error.cause.env_indices == [5]
+    assert "cannot pickle '_thread.lock'" in str(outcome.error)
 
 
 def test_a_failed_step_is_never_a_record():

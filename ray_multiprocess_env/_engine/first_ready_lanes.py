@@ -30,12 +30,12 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import CallState, State, T
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket, took_reply
+from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, timeout_ms
-from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
+from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
+from ray_multiprocess_env._engine.transports.shared_memory import INFOS, NOTHING, OTHER
 
 __all__ = ["FirstReadyLanes", "LaneSend", "NotHot"]
 
@@ -49,23 +49,23 @@ class LaneSend:
 
     `args` are what its ticket needs (`lanes.lane_ticket`): a step's actions, a reset's args.
     `code` is its answer as read (`status.code_of`; `NOTHING` until then, `OTHER` for a
-    reply left to its transport's `settle`, `lanes.REPLY` for one in `outcome`).
+    reply left to its transport's `settle`, `INFOS` for one whose info dicts are in `infos`).
     """
 
-    __slots__ = ("args", "code", "envs", "lane", "op", "outcome", "seq", "worker")
+    __slots__ = ("args", "code", "envs", "infos", "lane", "op", "seq", "worker")
 
     def __init__(self, op: str, lane: Lane, args: Any, seq: int) -> None:
         self.op, self.lane, self.args, self.seq = op, lane, args, seq
         self.worker, self.envs = lane.worker, lane.envs
         self.code = NOTHING
-        self.outcome: Outcome | None = None
+        self.infos: tuple[dict[int, Any], bool] | None = None
 
     def ticket(self) -> Ticket:
         """A ticket that stands for it, settled by its answer (read already, left, or to come).
 
         Call it with interrupts held back.
         """
-        ticket = lane_ticket(self.lane, self.op, self.args, self.seq, self.code, self.outcome)
+        ticket = lane_ticket(self.lane, self.op, self.args, self.seq, self.code, self.infos)
         if self.code == OTHER:  # (read and left: now that a ticket stands for it)
             self.lane.transport.settle()
         return ticket
@@ -212,13 +212,13 @@ class FirstReadyLanes:
         if item.code != NOTHING:  # (answered, and readable again: its end, most likely;
             raise NotHot  # left to the slow path's read, which finds it)
         code = transport.read_lane()
-        if code == OTHER:
-            code, item.outcome, taken = took_reply(transport, item.seq)
-            item.code = code
-            if not taken:
-                raise NotHot
-        elif code != NOTHING:  # (NOTHING: part of a message)
-            item.code = code
+        if code == NOTHING:
+            return  # (part of a message)
+        item.code = code
+        if code == INFOS:
+            item.infos = transport.infos
+        elif code == OTHER:
+            raise NotHot
 
     def _parts(
         self, sent: list[LaneSend], tickets: list[Ticket]
@@ -231,7 +231,7 @@ class FirstReadyLanes:
         parts: list[tuple[int, Any]] = []
         old_api, ids = False, []
         for item in sent:
-            infos, old = answer_part(item.code, item.outcome)
+            infos, old = answer_part(item.code, item.infos)
             parts.append((item.lane.start, infos))
             old_api |= old
             ids.append(item.envs)

@@ -19,9 +19,9 @@ error, a death, infos off the columns), a timeout, a message the socket took onl
 (TCP's, with its action rows), or a close hands the call to the slow path (`Calls`): its
 `Call.tickets` are made then (`LaneCall.tickets`), each settled by its reply, read already or
 still to come, so the slow path finds the call as if it had sent it. A verb that reads the
-pipes while a step is pending (`Engine.run_on_workers`, say) makes them first. The only reply
-taken on the lanes that is not a record is one with its rows in place and an info dict per
-env (SB3's layout), which has no columns (`REPLY`).
+pipes while a step is pending (`Engine.run_on_workers`, say) makes them first. A worker that
+keeps an info dict per env (SB3's and Tianshou's layout) answers with a record too, with the
+pickle of those dicts after it (`INFOS`, `status.answer_infos`): its only pickle.
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, all_hot, timeout_ms
 from ray_multiprocess_env._engine.transports.pipes import outcome_of_code
-from ray_multiprocess_env._engine.transports.shared_memory import NOTHING, OTHER
-from ray_multiprocess_env._protocol.status import reply_of_code
+from ray_multiprocess_env._engine.transports.shared_memory import INFOS, NOTHING, OTHER
+from ray_multiprocess_env._protocol.status import reply_of_code, reply_of_infos
 
 __all__ = [
-    "REPLY",
     "Lane",
     "LaneCall",
     "LaneSet",
@@ -54,7 +53,6 @@ __all__ = [
     "StepPlan",
     "answer_part",
     "lane_ticket",
-    "took_reply",
 ]
 
 #: A poller of some workers' pipes, with each descriptor's worker and its place among them.
@@ -107,9 +105,6 @@ class LaneSet:
         return polled
 
 
-#: A `LaneCall` code: the worker's reply, not a record, is in `LaneCall.outcomes`.
-REPLY = -3
-
 #: A step `Lanes.plan` made: the lanes to ring and each one's actions.
 StepPlan = tuple[list[Lane], list[Any]]
 
@@ -120,21 +115,22 @@ class LaneCall:
     `args` are what each worker's ticket needs, should the slow path take over (a step's
     actions, a reset's args; `lane_ticket`). `codes` holds each worker's answer as read
     (`status.code_of`; `NOTHING` until then, `OTHER` for a reply left to its transport's
-    `settle`, `REPLY` for one in `outcomes`); `left` counts those not in. Made as soon as
+    `settle`, `INFOS` for one whose info dicts are in `infos`); `left` counts those not in.
+    Made as soon as
     its messages were sent (with interrupts held back): one the socket took only part of
     (TCP's action rows), or a pipe that closed as it was written, has its tickets made at
     once, and the call is the slow path's to wait for (it writes the rest, or restarts).
     """
 
     __slots__ = (
-        "_made", "args", "codes", "lanes", "left", "op", "outcomes", "seqs",
+        "_made", "args", "codes", "infos", "lanes", "left", "op", "seqs",
     )  # fmt: skip
 
     def __init__(self, op: str, lanes: list[Lane], args: list[Any], seqs: list[int]) -> None:
         self.op, self.lanes, self.args, self.seqs = op, lanes, args, seqs
         count = len(seqs)
         self.codes = [NOTHING] * count
-        self.outcomes: list[Outcome | None] = [None] * count
+        self.infos: list[tuple[dict[int, Any], bool] | None] = [None] * count
         self.left = count
         self._made: list[Ticket] | None = None
         for lane in lanes:
@@ -155,9 +151,9 @@ class LaneCall:
             with DEFERRED:  # (adopted by their transports and kept, or neither)
                 op = self.op
                 made = [
-                    lane_ticket(lane, op, args, seq, code, outcome)
-                    for lane, args, seq, code, outcome in zip(
-                        self.lanes, self.args, self.seqs, self.codes, self.outcomes, strict=True
+                    lane_ticket(lane, op, args, seq, code, infos)
+                    for lane, args, seq, code, infos in zip(
+                        self.lanes, self.args, self.seqs, self.codes, self.infos, strict=True
                     )
                 ]
                 for lane, code in zip(self.lanes, self.codes, strict=True):
@@ -168,13 +164,13 @@ class LaneCall:
 
 
 def lane_ticket(
-    lane: Lane, op: str, args: Any, seq: int, code: int, outcome: Outcome | None
+    lane: Lane, op: str, args: Any, seq: int, code: int, infos: tuple[dict[int, Any], bool] | None
 ) -> Ticket:
     """The ticket of the message `seq` (`op`) sent on `lane`, settled by its answer.
 
     `args`: a step's actions (its ticket's args are ``(args, None)``), or a reset's args.
 
-    `code` and `outcome` are what was read of the answer (`LaneCall.codes`): settled here if
+    `code` and `infos` are what was read of the answer (`LaneCall.codes`): settled here if
     it was read as the lane's; else its transport adopts it, and the answer settles it when
     it comes, or when the transport settles what it read and left (`OTHER`: the caller runs
     `settle` once every ticket is made). Call it with interrupts held back.
@@ -182,39 +178,25 @@ def lane_ticket(
     step = op == "step"
     args = (args, None) if step else args
     ticket = Ticket(lane.worker, lane.generation, op, args, lane.envs, step)
-    if code >= 0 or code == REPLY:  # (read as the lane's: settled here)
+    if code >= 0:  # (read as the lane's: settled here)
         ticket.transport, ticket.handle = lane.transport, seq
-        ticket.outcome = outcome if code == REPLY else outcome_of_code(code)
+        ticket.outcome = outcome_of_code(code)
+    elif code == INFOS:
+        ticket.transport, ticket.handle = lane.transport, seq
+        ticket.outcome = Outcome(True, reply_of_infos(*infos))  # type: ignore[misc]
     else:
         lane.transport.adopt(ticket, seq)
     return ticket
 
 
-def took_reply(transport: Any, seq: int) -> tuple[int, Outcome | None, bool]:
-    """What became of the answer to `seq` `read_lane` left (`OTHER`), if not a record.
-
-    ``(code, outcome, taken)``: `REPLY` and the outcome if that answer was all it left, else
-    `OTHER` (left for `settle`); `taken` if it is still the lanes': a reply that went well
-    with its rows in place and one info dict per env (SB3's layout, whose infos have no
-    columns). Call it with interrupts held back.
-    """
-    outcome = transport.take_reply(seq)
-    if outcome is None:
-        return OTHER, None, False
-    reply = outcome.value if outcome.ok else None
-    taken = type(reply) is tuple and reply[0] is None and type(reply[4]) is dict
-    return REPLY, outcome, taken
-
-
-def answer_part(code: int, outcome: Outcome | None) -> tuple[Any, bool]:
+def answer_part(code: int, infos: tuple[dict[int, Any], bool] | None) -> tuple[Any, bool]:
     """A worker's infos (as the store takes them) and whether it spoke old gym's API.
 
-    Of its answer as the lanes read it: a record's `code`, or a `REPLY` in `outcome`.
+    Of its answer as the lanes read it: a record's `code`, or `INFOS` and its `infos`.
     """
     if code >= 0:  # (a record: `status.reply_of_code`)
         return (None, code >> 1), bool(code & 1)
-    reply = outcome.value  # type: ignore[union-attr]  # (taken: answered)
-    return reply[4], reply[5]
+    return infos  # type: ignore[return-value]  # (`INFOS`: read with its dicts)
 
 
 def _worker_of(item: tuple[Lane, Any]) -> int:
@@ -412,26 +394,19 @@ class Lanes:
                 if not DEFERRED.poll(lane.poller, timeout):
                     return False  # (at `deadline`: the slow path's wait says so)
                 code = transport.read_lane()
-            if code >= 0:
-                codes[i] = code
-                step.left -= 1
-            elif code != OTHER or not self._took_reply(step, i):
+            if code == OTHER:
+                codes[i] = OTHER  # (read and left: `LaneCall.tickets` has it settled)
                 return False
-        return not step.left
-
-    @staticmethod
-    def _took_reply(step: LaneCall, i: int) -> bool:
-        """Whether lane `i`'s reply, not a record, is still the lanes' (`took_reply`)."""
-        step.codes[i], step.outcomes[i], taken = took_reply(step.lanes[i].transport, step.seqs[i])
-        if taken:
+            codes[i] = code
+            if code == INFOS:
+                step.infos[i] = transport.infos
             step.left -= 1
-        return taken
+        return not step.left
 
     def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
         """The batch of a step every worker answered (`wait`): of every env, or of `env_ids`.
 
-        Records (batched infos, all in columns) or else `REPLY` s (one info dict per env):
-        a worker sends a record only for infos in gymnasium's layout.
+        Records of infos in columns (gymnasium's layout), or `INFOS` (an info dict per env).
         """
         step: Any = call.lanes
         if env_ids is None:
@@ -441,8 +416,8 @@ class Lanes:
             if written >= 0:  # (every one a record's code)
                 return self._store.whole(written >> 1, bool(written & 1))
         parts, old_api = [], False
-        for lane, code, outcome in zip(step.lanes, step.codes, step.outcomes, strict=True):
-            infos, old = answer_part(code, outcome)
+        for lane, code, read in zip(step.lanes, step.codes, step.infos, strict=True):
+            infos, old = answer_part(code, read)
             parts.append((lane.start, infos))
             old_api |= old
         if env_ids is None:
@@ -453,6 +428,6 @@ class Lanes:
         """One reply per worker (None where not called) of a reset every worker answered."""
         reset: Any = call.lanes
         out: list[Any] = [None] * len(self._lists)
-        for lane, code, outcome in zip(reset.lanes, reset.codes, reset.outcomes, strict=True):
-            out[lane.worker] = reply_of_code(code) if code >= 0 else outcome.value
+        for lane, code, infos in zip(reset.lanes, reset.codes, reset.infos, strict=True):
+            out[lane.worker] = reply_of_code(code) if code >= 0 else reply_of_infos(*infos)
         return out

@@ -44,6 +44,7 @@ __all__ = [
     "dumps",
     "encode_result",
     "error_value",
+    "infos_answer",
     "loads",
     "run",
 ]
@@ -149,6 +150,11 @@ def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> byte
     """A reply's payload; a value that cannot be serialized becomes an error naming why."""
     if ok and status.in_place(value):  # (a step or reset with everything in place)
         return status.answer(value[4][1], value[5])
+    if ok and status.infos_in_place(value):  # (rows in place, an info dict per env)
+        try:
+            return status.answer_infos(dumps(value[4]), value[5])
+        except Exception:
+            pass  # (as any reply that cannot be serialized: below)
     try:
         return dumps((ok, value))
     except Exception as err:
@@ -158,6 +164,21 @@ def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> byte
         failures = [(i, type(err).__name__, message, text) for i in culprits]
         error = _EnvFailures(op, failures)
         return dumps((False, (error, str(error))))
+
+
+def infos_answer(payload: Any) -> tuple[dict[int, Any], bool] | None:
+    """The info dicts (by position) and old gym's API of an `answer_infos` reply.
+
+    None if `payload` is not such a reply. Raises what unpickling the dicts raises (a class
+    the driver cannot import, say).
+    """
+    found = status.infos_length(payload)
+    if found is None:
+        return None
+    length, old_api = found
+    start = status.RECORD.size
+    infos: dict[int, Any] = loads(payload[start : start + length])
+    return infos, old_api
 
 
 def error_value(err: BaseException) -> BaseException:

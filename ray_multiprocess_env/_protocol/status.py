@@ -6,8 +6,11 @@ with their rows written and every info in its column, has nothing to say but whi
 wrote and whether an env spoke old gym's API. Both then travel as one `RECORD` in place of a
 pickle: the driver rings with `DOORBELL` (the worker reads it with `operation`), the worker
 answers with `answer` (the driver reads it with `code_of`; `reply_of_code` is the reply it
-stands for). Everything else (an env error, infos off the columns, any other operation) is a
-pickled message as before. The two never mix up: a pickle (protocol 2 and later) starts with
+stands for). A worker that keeps one info dict per env (SB3's and Tianshou's layout) answers
+with `answer_infos`: the record says so and how long the pickle of those dicts after it is,
+the only pickle such an answer has (`_protocol.pipes.infos_answer` reads it back). Everything
+else (an env error, infos off the columns, any other operation) is a pickled message as
+before. The two never mix up: a pickle (protocol 2 and later) starts with
 byte 0x80, a record with byte 0. Over a TCP stream the rows follow a record as they follow a
 pickle.
 
@@ -25,11 +28,15 @@ __all__ = [
     "FRAMED_RECORD",
     "RECORD",
     "answer",
+    "answer_infos",
     "code_of",
     "in_place",
+    "infos_in_place",
+    "infos_length",
     "is_record",
     "operation",
     "reply_of_code",
+    "reply_of_infos",
 ]
 
 #: tag (0), kind, padding, the info columns written (a bit each)
@@ -38,6 +45,8 @@ _TAG = 0
 _STEP = 1  # the driver's doorbell: step every env of the worker
 _OK = 2  # the worker's answer: every env answered well, rows and infos in place
 _OK_OLD_API = 3  # the same, and an env spoke old gym's API
+_OK_INFOS = 4  # every env answered well, rows in place, the info dicts per env after it
+_OK_INFOS_OLD_API = 5  # the same, and an env spoke old gym's API
 
 #: The doorbell of a step of every env whose actions are in the rows.
 DOORBELL = RECORD.pack(_TAG, _STEP, 0)
@@ -46,6 +55,8 @@ DOORBELL = RECORD.pack(_TAG, _STEP, 0)
 FRAMED_RECORD = struct.Struct("<qqH6xQ")
 #: A worker's answers as `FRAMED_RECORD` reads their tag and kind: whether old gym's API.
 ANSWERS = {_TAG | _OK << 8: 0, _TAG | _OK_OLD_API << 8: 1}
+#: The kinds of `answer_infos`, and whether old gym's API.
+_INFO_KINDS = {_OK_INFOS: False, _OK_INFOS_OLD_API: True}
 
 
 def is_record(payload: Any) -> bool:
@@ -56,6 +67,30 @@ def is_record(payload: Any) -> bool:
 def answer(columns: int, old_api: bool) -> bytes:
     """The worker's answer to a step or reset that went well in place (`in_place`)."""
     return RECORD.pack(_TAG, _OK_OLD_API if old_api else _OK, columns)
+
+
+def answer_infos(pickled: bytes, old_api: bool) -> bytes:
+    """The answer to a step or reset that went well with its rows in place (`infos_in_place`).
+
+    `pickled`: its info dicts by position, pickled; they follow the record, whose last field
+    is their length (over a TCP stream the rows come after them).
+    """
+    kind = _OK_INFOS_OLD_API if old_api else _OK_INFOS
+    return RECORD.pack(_TAG, kind, len(pickled)) + pickled
+
+
+def infos_length(payload: Any) -> tuple[int, bool] | None:
+    """The length of the pickle after an `answer_infos` record, and whether old gym's API.
+
+    None if `payload` does not start with such a record (or is cut short of its pickle).
+    """
+    if len(payload) < RECORD.size or payload[0] != _TAG:
+        return None
+    _, kind, length = RECORD.unpack_from(payload)
+    old_api = _INFO_KINDS.get(kind)
+    if old_api is None or len(payload) < RECORD.size + length:
+        return None
+    return length, old_api
 
 
 def operation(payload: Any) -> tuple[str, tuple[Any, ...]]:
@@ -82,6 +117,25 @@ def code_of(tag: int, kind: int, columns: int) -> int:
 def reply_of_code(code: int) -> tuple[Any, Any, Any, Any, Any, bool]:
     """The reply an answer of this `code_of` stands for: nothing but the columns written."""
     return None, None, None, None, (None, code >> 1), bool(code & 1)
+
+
+def reply_of_infos(infos: dict[int, Any], old_api: bool) -> tuple[Any, ...]:
+    """The reply an `answer_infos` stands for: its rows in place, these info dicts by position."""
+    return None, None, None, None, infos, old_api
+
+
+def infos_in_place(value: Any) -> bool:
+    """Whether a step's or reset's `value` has its rows in place and an info dict per env."""
+    return (
+        type(value) is tuple
+        and len(value) == 6
+        and value[0] is None
+        and value[1] is None
+        and value[2] is None
+        and value[3] is None
+        and type(value[4]) is dict
+        and type(value[5]) is bool
+    )
 
 
 def in_place(value: Any) -> bool:

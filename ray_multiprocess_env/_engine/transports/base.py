@@ -120,11 +120,14 @@ class HotTransport(Transport, Protocol):
     """A transport that steps all of its worker's envs with a doorbell (`lanes.Lanes`).
 
     Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on. The lanes read
-    them with `read_lane` (a step's or a reset's answer, as 16 bytes, and the ticket of it,
-    if one waits); the slow path with `pump`, which settles the tickets of whatever arrived.
+    them with `read_lane` (a step's or a reset's answer, a record, and the ticket of it, if
+    one waits); the slow path with `pump`, which settles the tickets of whatever arrived.
     """
 
     broken: bool
+    #: The info dicts (by position) and old gym's API of the last answer `read_lane` read as
+    #: `INFOS` (one info dict per env: SB3's and Tianshou's layout).
+    infos: tuple[dict[int, Any], bool] | None
 
     @property
     def wants_write(self) -> bool:
@@ -157,14 +160,12 @@ class HotTransport(Transport, Protocol):
     def read_lane(self) -> int:
         """The reply to the last `ring` or `post`, if a record of everything in place: its code.
 
-        Else `NOTHING` (no whole message yet) or `OTHER` (left for `settle`).
+        `INFOS` for a record with an info dict per env after it (then in `infos`); else
+        `NOTHING` (no whole message yet) or `OTHER` (left for `settle`).
         """
 
     def adopt(self, ticket: Ticket, seq: int) -> None:
         """`ticket` stands for message `seq`, sent by `ring`: its reply settles it."""
-
-    def take_reply(self, seq: int) -> Outcome | None:
-        """The outcome of the reply to `seq` `read_lane` left, if that is all (else None)."""
 
     def settle(self) -> bool:
         """Settle what `read_lane` left, now that tickets stand for it (False: it ended)."""

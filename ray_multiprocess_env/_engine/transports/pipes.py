@@ -32,8 +32,21 @@ from ray.exceptions import RayError
 
 from ray_multiprocess_env._engine.interrupts import DEFERRED, POLL_SLICE_MS, deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
-from ray_multiprocess_env._protocol.pipes import PIPE_SIZE, Inbox, Outbox, dumps, loads
-from ray_multiprocess_env._protocol.status import RECORD, code_of, is_record, reply_of_code
+from ray_multiprocess_env._protocol.pipes import (
+    PIPE_SIZE,
+    Inbox,
+    Outbox,
+    dumps,
+    infos_answer,
+    loads,
+)
+from ray_multiprocess_env._protocol.status import (
+    RECORD,
+    code_of,
+    is_record,
+    reply_of_code,
+    reply_of_infos,
+)
 from ray_multiprocess_env.errors import RemoteFailure
 
 __all__ = ["PipeTransport", "decode_reply", "outcome_of_code", "pipes_supported"]
@@ -241,23 +254,6 @@ class PipeTransport:
         elif seq > self._answered:
             self._waiting[seq] = ticket
 
-    def take_reply(self, seq: int) -> Outcome | None:
-        """The outcome of the reply to `seq` that `read_lane` left, if that is all it left.
-
-        None (left for `settle`) if it left anything else: other messages, the pipe's end.
-        Call it with interrupts held back.
-        """
-        unsettled = self._unsettled
-        if unsettled is None or unsettled[1] or len(unsettled[0]) != 1:
-            return None
-        answered, payload = unsettled[0][0]
-        if answered != seq:
-            return None
-        probe = Ticket(-1, -1, "step", (), ())  # (settled as a ticket would be: one decoder)
-        self._unsettled, self._answered, self._waiting[seq] = None, seq, probe
-        self._received(seq, payload)
-        return probe.outcome
-
     def settle(self) -> bool:
         """Settle the tickets of the messages a lane read but left (`_unsettled`).
 
@@ -351,6 +347,9 @@ def decode_reply(payload: bytes) -> Outcome:
     """The outcome a reply's bytes stand for (a status record, or a pickle)."""
     try:
         if is_record(payload):
+            answer = infos_answer(payload)
+            if answer is not None:
+                return Outcome(True, reply_of_infos(*answer))
             code = code_of(*RECORD.unpack_from(payload))
             if code < 0:
                 raise ValueError(f"not a worker's answer: the record {bytes(payload[:16])!r}")

@@ -20,18 +20,27 @@ from typing import Any
 
 import numpy as np
 
-from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport, outcome_of_code
-from ray_multiprocess_env._protocol.pipes import dumps
+from ray_multiprocess_env._protocol.pipes import dumps, infos_answer
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
-from ray_multiprocess_env._protocol.status import ANSWERS, DOORBELL, FRAMED_RECORD, RECORD
+from ray_multiprocess_env._protocol.status import (
+    ANSWERS,
+    DOORBELL,
+    FRAMED_RECORD,
+    RECORD,
+    reply_of_infos,
+)
 
 #: What `SharedMemoryTransport.read_lane` returns when no whole reply is in yet.
 NOTHING = -2
 #: What it returns when a reply that is not a record of everything in place came.
 OTHER = -1
+#: What it returns for a record with an info dict per env after it (`status.answer_infos`):
+#: the dicts and old gym's API are in the transport's `infos`.
+INFOS = -3
 
-__all__ = ["NOTHING", "OTHER", "SharedMemoryTransport"]
+__all__ = ["INFOS", "NOTHING", "OTHER", "SharedMemoryTransport"]
 
 
 class SharedMemoryTransport(PipeTransport):
@@ -45,6 +54,8 @@ class SharedMemoryTransport(PipeTransport):
 
     kind = "shared_memory"
     hot = True
+    #: The info dicts and API of the last answer `read_lane` read as `INFOS`.
+    infos: tuple[dict[int, Any], bool] | None = None
 
     def __init__(
         self,
@@ -150,13 +161,15 @@ class SharedMemoryTransport(PipeTransport):
         return seq
 
     def read_lane(self) -> int:
-        """Read the reply to the last `ring` or `post`: `status.code_of`, `NOTHING` or `OTHER`.
+        """Read the reply to the last `ring` or `post`: a code, `INFOS`, `NOTHING` or `OTHER`.
 
-        The code if the reply is a record of everything in place (the usual; a ticket that
-        stands for the step, `adopt` ed, is settled with it); `NOTHING` if no whole message is
-        in yet; `OTHER` if anything else came, or the pipe ended: that waits for `settle`,
-        which the caller runs once a ticket stands for the step. Call it with interrupts held
-        back, when ``poll`` says the pipe is readable.
+        The code (`status.code_of`) if the reply is a record of everything in place (the
+        usual); `INFOS` if it is a record with an info dict per env after it (SB3's and
+        Tianshou's layout: the dicts are in `infos` then); a ticket that stands for the step,
+        `adopt` ed, is settled with either. `NOTHING` if no whole message is in yet; `OTHER` if
+        anything else came, or the pipe ended: that waits for `settle`, which the caller runs
+        once a ticket stands for the step. Call it with interrupts held back, when ``poll``
+        says the pipe is readable.
         """
         inbox = self._inbox
         scratch = inbox.scratch
@@ -178,8 +191,29 @@ class SharedMemoryTransport(PipeTransport):
         messages = inbox.feed(memoryview(scratch)[:count])
         if not messages and count:
             return NOTHING  # (part of a message)
+        if len(messages) == 1 and count and self._unsettled is None:
+            seq, payload = messages[0]
+            if seq == self._seq and self._take_infos(seq, payload):
+                return INFOS
         self._leave(messages, not count)
         return OTHER
+
+    def _take_infos(self, seq: int, payload: bytes) -> bool:
+        """Whether `payload`, the reply to `seq`, is an `answer_infos` (kept in `infos` then).
+
+        A ticket that stands for it is settled with it. Call it with interrupts held back.
+        """
+        try:
+            answer = infos_answer(payload)
+        except Exception:  # (`settle` has `decode_reply` say what is wrong)
+            return False
+        if answer is None:
+            return False
+        self._answered, self.infos = seq, answer
+        ticket = self._waiting.pop(seq, None)
+        if ticket is not None:
+            ticket.outcome = Outcome(True, reply_of_infos(*answer))
+        return True
 
     def _leave(self, messages: list[tuple[int, bytes]], ended: bool) -> None:
         """Keep what `read_lane` read but does not take for `settle` (after what waits already)."""

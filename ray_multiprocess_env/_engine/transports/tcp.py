@@ -32,6 +32,7 @@ from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
 from ray_multiprocess_env._engine.transports.pipes import PipeTransport
 from ray_multiprocess_env._engine.transports.shared_memory import (
+    INFOS,
     NOTHING,
     OTHER,
     SharedMemoryTransport,
@@ -215,24 +216,32 @@ class TcpTransport(SharedMemoryTransport):
         messages, ended = self._inbox.read(self._done)
         if len(messages) == 1 and not ended and self._unsettled is None:
             seq, payload = messages[0]
-            if seq == self._seq and is_record(payload):
+            if seq == self._seq and is_record(payload) and self._rows_in(payload):
                 code = code_of(*RECORD.unpack_from(payload))
                 if code >= 0:
-                    try:
-                        tail = split_tail(payload)
-                        if len(tail):
-                            unpack_rows(tail, self._targets)
-                    except Exception:  # (`settle` has `_received` say what is wrong)
-                        code = OTHER
-                    if code >= 0:
-                        self._answered = seq
-                        if self._waiting:
-                            self._settle_lane(seq, code)
-                        return code
+                    self._answered = seq
+                    if self._waiting:
+                        self._settle_lane(seq, code)
+                    return code
+                if self._take_infos(seq, payload):
+                    return INFOS
         elif not messages and not ended:
             return NOTHING
         self._leave(messages, ended)
         return OTHER
+
+    def _rows_in(self, payload: bytes) -> bool:
+        """Copy the rows after a reply into the batch; False if they do not fit.
+
+        (`settle` has `_received` say what is wrong then.)
+        """
+        try:
+            tail = split_tail(payload)
+            if len(tail):
+                unpack_rows(tail, self._targets)
+        except Exception:
+            return False
+        return True
 
     def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
         """Have the worker send numeric infos as columns, copied into the driver's columns."""
