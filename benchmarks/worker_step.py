@@ -59,7 +59,7 @@ def measure(env_id: str, k: int, rounds: int = 300, idle: float = 0.0) -> dict[s
         env.reset(seed=seed)
     leaf[...] = actions[0]
     reply = pipes.run(handle, DOORBELL)[2]  # (its infos show which keys get a column)
-    specs = [s for s in (learnable(p) for p in (reply[4][0] or [])) if s is not None]
+    specs = [s for s in (learnable(p) for p in (reply.infos[0] or [])) if s is not None]
     block = ColumnBlock.create(specs, k) if specs else None
     if block is not None:
         worker.handle("share_infos", ([block.spec],))

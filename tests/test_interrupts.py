@@ -66,8 +66,10 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._wait_slow,
     Lanes.wait,
     Lanes.wait_held,
-    SharedMemoryTransport._take_infos,
+    SharedMemoryTransport._take_infos,  # (SB3's info dicts per env follow the record)
+    TcpTransport._rows_in,
     LaneCall.tickets,
+    lane_ticket,
     SharedMemoryTransport.read_lane,
     TcpTransport.read_lane,
     PipeTransport.adopt,
@@ -156,10 +158,20 @@ def test_ctrl_c_at_any_line_of_step_gives_the_step_up(face, transport):
         assert fired_in > 5
 
 
+@pytest.mark.parametrize("face", ["gymnasium", "sb3"])
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_ctrl_c_at_any_line_of_a_step_taken_over_by_the_slow_path_gives_it_up(transport):
-    """Ctrl-C anywhere while the slow path takes a lane step over: the next `step` works."""
-    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+def test_ctrl_c_at_any_line_of_a_step_taken_over_by_the_slow_path_gives_it_up(transport, face):
+    """Ctrl-C anywhere while the slow path takes a lane step over: the next `step` works.
+
+    SB3's face keeps an info dict per env: worker 1's answer is read as `INFOS` first (the
+    last rung is waited for first), then its ticket is made of it as worker 0's error comes.
+    """
+    if face == "sb3":
+        from ray_multiprocess_env import SB3VecEnv
+
+        envs: Any = SB3VecEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    else:
+        envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
         envs.reset()
         fired_in = 0

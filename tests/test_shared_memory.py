@@ -92,7 +92,7 @@ def test_actions_go_through_shared_memory_unless_their_dtype_differs(monkeypatch
     put = BatchStore.put
 
     def put_spy(self, start, positions, reply):
-        copied.append(reply[0] is not None)
+        copied.append(reply.observations is not None)
         put(self, start, positions, reply)
 
     monkeypatch.setattr(shared_memory, "write_actions", spy)

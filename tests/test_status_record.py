@@ -16,28 +16,34 @@ from ray_multiprocess_env._engine.transports.pipes import decode_reply
 from ray_multiprocess_env._protocol import status
 from ray_multiprocess_env._protocol.infos import Piece
 from ray_multiprocess_env._protocol.pipes import dumps, encode_result, infos_answer, run
+from ray_multiprocess_env._protocol.status import Reply
 from ray_multiprocess_env._protocol.stream import split_tail, trailer
 
 
 @pytest.mark.parametrize("columns", [0, 1, 0b1011, (1 << 64) - 1])
 @pytest.mark.parametrize("old_api", [False, True])
 def test_a_step_in_place_travels_as_a_record_and_reads_back_the_same(columns, old_api):
-    reply = (None, None, None, None, (None, columns), old_api)
+    reply = Reply(None, None, None, None, (None, columns), old_api)
     data = encode_result(True, reply, [0, 1], "step")
     assert len(data) == status.RECORD.size
     assert status.is_record(data)
     outcome = decode_reply(data)
     assert outcome.ok
     assert outcome.value == reply
-    assert type(outcome.value[5]) is bool
+    assert type(outcome.value.old_api) is bool
 
 
 @pytest.mark.parametrize(
     "value",
     [
         # rows that travel (no shared memory), infos off the columns, another operation's value
-        (np.zeros((2, 3)), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), (None, 0), False),
-        (None, None, None, None, ([Piece(("k",), "typed", np.arange(2), np.ones(2))], 1), False),
+        Reply(
+            np.zeros((2, 3)), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), (None, 0), False
+        ),
+        Reply(
+            None, None, None, None, ([Piece(("k",), "typed", np.arange(2), np.ones(2))], 1), False
+        ),
+        (None, None, None, None, (None, 0), False),  # (a plain tuple: not a worker's reply)
         [1, 2],
         None,
     ],
@@ -52,7 +58,7 @@ def test_anything_else_is_a_pickle_that_is_never_taken_for_a_record(value):
 def test_info_dicts_per_env_follow_a_record_and_read_back_the_same_values_and_types(old_api):
     """SB3's and Tianshou's layout: the record says how long the pickle of the dicts is."""
     infos = {0: {"x": np.float64(1.5), "r": np.float32(-0.25)}, 2: {"k": 1, "tuple": (1, "a")}}
-    reply = (None, None, None, None, infos, old_api)
+    reply = Reply(None, None, None, None, infos, old_api)
     data = encode_result(True, reply, [4, 5, 6], "step")
     assert status.is_record(data)
     assert status.infos_length(data) == (len(data) - status.RECORD.size, old_api)
@@ -68,7 +74,7 @@ def test_info_dicts_per_env_follow_a_record_and_read_back_the_same_values_and_ty
 
 def test_info_dicts_per_env_that_cannot_be_pickled_are_an_error_naming_the_env():
     """An info the driver could never read is reported as the env's failure, not sent."""
-    reply = (None, None, None, None, {1: {"lock": threading.Lock()}}, False)
+    reply = Reply(None, None, None, None, {1: {"lock": threading.Lock()}}, False)
     data = encode_result(True, reply, [4, 5], "step")
     assert not status.is_record(data)
     outcome = decode_reply(data)

@@ -36,6 +36,7 @@ from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
 from ray_multiprocess_env._engine.transports.shared_memory import INFOS, NOTHING, OTHER
+from ray_multiprocess_env._protocol.status import Reply
 
 __all__ = ["FirstReadyLanes", "LaneSend", "NotHot"]
 
@@ -274,13 +275,13 @@ def ticket_parts(
     for ticket in tickets:
         outcome = ticket.outcome
         reply = outcome.value if outcome is not None and outcome.ok else None
-        if type(reply) is not tuple or reply[0] is not None:
+        if type(reply) is not Reply or reply.observations is not None:
             return None
-        infos = reply[4]
+        infos = reply.infos
         if type(infos) is not dict and (
             type(infos) is not tuple or len(infos) != 2 or infos[0] is not None
         ):
             return None
         parts.append((env_lists[ticket.worker][0], infos))
-        old_api |= reply[5]
+        old_api |= reply.old_api
     return parts, old_api

@@ -9,7 +9,8 @@ all are hot, with pollers of the sets of their pipes that first-ready calls wait
 sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
 what counts). Either keeps only the sequence numbers (`LaneCall`); `Lanes.wait` reads each
 answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
-whether old gym's API), and `batch` or `replies` hands the results out of the store.
+whether old gym's API; or `INFOS`, with the info dicts per env after it), and `batch` or
+`replies` hands the results out of the store.
 Interrupts are held back from the first message to the last answer, and let through only
 while ``poll`` blocks, where nothing is half read.
 
@@ -116,10 +117,10 @@ class LaneCall:
     actions, a reset's args; `lane_ticket`). `codes` holds each worker's answer as read
     (`status.code_of`; `NOTHING` until then, `OTHER` for a reply left to its transport's
     `settle`, `INFOS` for one whose info dicts are in `infos`); `left` counts those not in.
-    Made as soon as
-    its messages were sent (with interrupts held back): one the socket took only part of
-    (TCP's action rows), or a pipe that closed as it was written, has its tickets made at
-    once, and the call is the slow path's to wait for (it writes the rest, or restarts).
+    Made as soon as its messages were sent (with interrupts held back): one the socket took
+    only part of (TCP's action rows), or a pipe that closed as it was written, has its
+    tickets made at once, and the call is the slow path's to wait for (it writes the rest, or
+    restarts).
     """
 
     __slots__ = (

@@ -29,6 +29,7 @@ from ray_multiprocess_env._protocol.shared_layout import (
     SharedBatch,
     covered,
 )
+from ray_multiprocess_env._protocol.status import Reply
 from ray_multiprocess_env.batch import copy_batch, stack, take, unstack
 
 __all__ = ["BatchStore", "copy_infos", "plan_copies"]
@@ -129,10 +130,10 @@ class BatchStore:
         """
         old_api, parts, pieces = False, [], False
         for start, reply, positions in answered:
-            if reply[0] is not None:  # (not in shared memory)
+            if reply.observations is not None:  # (not in shared memory)
                 self.put(start, positions, reply)
-            old_api |= reply[5]
-            infos = reply[4]
+            old_api |= reply.old_api
+            infos = reply.infos
             parts.append((start, infos))
             pieces |= type(infos) is tuple and infos[0] is not None
         if env_ids is not None and every_row and not pieces:
@@ -233,7 +234,7 @@ class BatchStore:
         return batch, rows
 
     # -- in ---------------------------------------------------------------------------------------
-    def put(self, start: int, positions: Sequence[int] | None, reply: Any) -> None:
+    def put(self, start: int, positions: Sequence[int] | None, reply: Reply) -> None:
         """Copy a worker's reply rows (its envs from `start`, at `positions`) into the batch."""
         observations, rewards, terminations, truncations = reply[:4]
         if observations is None:

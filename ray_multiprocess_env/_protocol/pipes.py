@@ -99,7 +99,7 @@ class _ScalarPickler(pickle.Pickler):
 
 
 _PLAIN_TYPES = frozenset((int, float, bool, str, bytes, type(None), *_SCALARS))
-_CONTAINERS = frozenset((tuple, list, Piece))
+_CONTAINERS = frozenset((tuple, list, Piece, status.Reply))
 
 
 def _plain(value: Any, depth: int) -> bool:
@@ -149,10 +149,10 @@ def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str
 def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
     """A reply's payload; a value that cannot be serialized becomes an error naming why."""
     if ok and status.in_place(value):  # (a step or reset with everything in place)
-        return status.answer(value[4][1], value[5])
+        return status.answer(value.infos[1], value.old_api)
     if ok and status.infos_in_place(value):  # (rows in place, an info dict per env)
         try:
-            return status.answer_infos(dumps(value[4]), value[5])
+            return status.answer_infos(dumps(value.infos), value.old_api)
         except Exception:
             pass  # (as any reply that cannot be serialized: below)
     try:
@@ -194,14 +194,14 @@ def error_value(err: BaseException) -> BaseException:
 def _unserializable_envs(value: Any, env_indices: list[int]) -> list[int]:
     """The envs whose part of a worker's reply cannot be serialized (all if none stands out).
 
-    A reply is per-env results (a list), or a batch whose fifth item holds the infos: per-env
+    A reply is per-env results (a list), or a batch (`status.Reply`) whose infos are per-env
     dicts by position, or batched `Piece` s whose rows are positions.
     """
     parts: list[tuple[int, Any]] = []
     if isinstance(value, list) and len(value) == len(env_indices):  # per-env results
         parts = list(zip(env_indices, value, strict=True))
-    elif isinstance(value, tuple) and len(value) > 4:
-        infos = value[4]
+    elif type(value) is status.Reply:
+        infos = value.infos
         if isinstance(infos, tuple):  # batched: (pieces, the columns written)
             infos = infos[0] or []
         if isinstance(infos, dict):
@@ -213,7 +213,7 @@ def _unserializable_envs(value: Any, env_indices: list[int]) -> list[int]:
                     parts += [
                         (env_indices[p], v) for p, v in zip(positions, piece.values, strict=True)
                     ]
-        parts.append((-1, value[0]))  # the stacked observations
+        parts.append((-1, value.observations))  # the stacked observations
     bad = []
     for index, part in parts:
         try:

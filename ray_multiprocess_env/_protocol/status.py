@@ -20,13 +20,14 @@ Both ends import this module; it imports nothing of the driver side.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "ANSWERS",
     "DOORBELL",
     "FRAMED_RECORD",
     "RECORD",
+    "Reply",
     "answer",
     "answer_infos",
     "code_of",
@@ -38,6 +39,24 @@ __all__ = [
     "reply_of_code",
     "reply_of_infos",
 ]
+
+
+class Reply(NamedTuple):
+    """A worker's reply to a ``reset`` or ``step`` of its envs: the record is its short form.
+
+    The rows of the envs it ran (None where they are in place already: in shared memory, or
+    after the message over a TCP stream), their infos (gymnasium's layout: ``(pieces not in
+    columns or None, the columns written)``; SB3's and Tianshou's: an info dict by position),
+    and whether an env spoke old gym's API.
+    """
+
+    observations: Any
+    rewards: Any
+    terminations: Any
+    truncations: Any
+    infos: Any
+    old_api: bool
+
 
 #: tag (0), kind, padding, the info columns written (a bit each)
 RECORD = struct.Struct("<BB6xQ")
@@ -114,33 +133,32 @@ def code_of(tag: int, kind: int, columns: int) -> int:
     return -1 if old_api is None else columns << 1 | old_api
 
 
-def reply_of_code(code: int) -> tuple[Any, Any, Any, Any, Any, bool]:
+def reply_of_code(code: int) -> Reply:
     """The reply an answer of this `code_of` stands for: nothing but the columns written."""
-    return None, None, None, None, (None, code >> 1), bool(code & 1)
+    return Reply(None, None, None, None, (None, code >> 1), bool(code & 1))
 
 
-def reply_of_infos(infos: dict[int, Any], old_api: bool) -> tuple[Any, ...]:
+def reply_of_infos(infos: dict[int, Any], old_api: bool) -> Reply:
     """The reply an `answer_infos` stands for: its rows in place, these info dicts by position."""
-    return None, None, None, None, infos, old_api
+    return Reply(None, None, None, None, infos, old_api)
 
 
 def infos_in_place(value: Any) -> bool:
     """Whether a step's or reset's `value` has its rows in place and an info dict per env."""
     return (
-        type(value) is tuple
-        and len(value) == 6
-        and value[0] is None
-        and value[1] is None
-        and value[2] is None
-        and value[3] is None
-        and type(value[4]) is dict
-        and type(value[5]) is bool
+        type(value) is Reply
+        and value.observations is None
+        and value.rewards is None
+        and value.terminations is None
+        and value.truncations is None
+        and type(value.infos) is dict
+        and type(value.old_api) is bool
     )
 
 
 def in_place(value: Any) -> bool:
     """Whether a step's or reset's `value` has everything in place (`answer` says it all)."""
-    if type(value) is not tuple or len(value) != 6:
+    if type(value) is not Reply:
         return False
     observations, rewards, terminations, truncations, infos, old_api = value
     return (

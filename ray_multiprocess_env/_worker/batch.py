@@ -28,18 +28,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._protocol.infos import InfoBatcher
+from ray_multiprocess_env._protocol.status import Reply
 from ray_multiprocess_env._worker.rows import WorkerRows
 from ray_multiprocess_env.batch import unstack
 from ray_multiprocess_env.compat import from_step, reset_env, restart_seed
 from ray_multiprocess_env.errors import _EnvFailures
 
-__all__ = ["Rebuild", "Reply", "WorkerBatch"]
-
-#: A reply to ``reset`` and ``step``: observations, rewards, terminations and truncations of
-#: the envs called (None where they are in shared memory); their infos, as ``(pieces, the
-#: columns written)`` (`InfoBatcher.finish`) or as info dicts by position; and whether an env
-#: spoke old gym's API.
-Reply = tuple[Any, Any, Any, Any, Any, bool]
+__all__ = ["Rebuild", "WorkerBatch"]
 
 
 class Rebuild:

@@ -31,8 +31,9 @@ from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env._protocol import pipes, space_match, stream
 from ray_multiprocess_env._protocol.infos import InfoBatcher
+from ray_multiprocess_env._protocol.status import Reply
 from ray_multiprocess_env._worker import serve_loop
-from ray_multiprocess_env._worker.batch import Rebuild, Reply, WorkerBatch
+from ray_multiprocess_env._worker.batch import Rebuild, WorkerBatch
 from ray_multiprocess_env._worker.rows import WorkerRows
 from ray_multiprocess_env.compat import (
     crashed_step,

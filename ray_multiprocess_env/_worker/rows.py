@@ -27,6 +27,7 @@ from ray_multiprocess_env._protocol.shared_layout import (
     covered,
     read_actions,
 )
+from ray_multiprocess_env._protocol.status import Reply
 from ray_multiprocess_env._protocol.stream import RowTarget, pack_rows, unpack_rows
 from ray_multiprocess_env.batch import stack, take, write_row
 
@@ -92,14 +93,12 @@ class WorkerRows:
         assert self.shared is not None
         return read_actions(self.shared, self._shared_actions, positions)
 
-    def reply(
-        self, positions: Sequence[int] | None, infos: Any, old_api: bool
-    ) -> tuple[Any, Any, Any, Any, Any, bool]:
+    def reply(self, positions: Sequence[int] | None, infos: Any, old_api: bool) -> Reply:
         """The reply to a ``reset`` or ``step`` of the envs at `positions` (all if None)."""
         if self._mirrored:
             self._written = positions
         if self.shared is not None:
-            return None, None, None, None, infos, old_api
+            return Reply(None, None, None, None, infos, old_api)
         space = self._spaces[0]
         if self._obs_list is not None:
             items = self._obs_list if positions is None else [self._obs_list[k] for k in positions]
@@ -113,7 +112,7 @@ class WorkerRows:
         else:
             rows = list(positions)
             arrays = (self.rewards[rows], self.terminations[rows], self.truncations[rows])
-        return (observations, *arrays, infos, old_api)
+        return Reply(observations, *arrays, infos, old_api)
 
     def share(self, spec: dict[str, Any], start: int, stop: int) -> None:
         """Move to rows ``start..stop-1`` of the driver's shared memory (`SharedBatch`).
