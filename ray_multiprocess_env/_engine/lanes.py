@@ -40,8 +40,8 @@ from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, all_hot, timeout_ms
-from ray_multiprocess_env._engine.transports.pipes import outcome_of_code
+from ray_multiprocess_env._engine.transports.base import Ticket, all_hot, timeout_ms
+from ray_multiprocess_env._engine.transports.pipes import outcome_of_code, outcome_of_infos
 from ray_multiprocess_env._engine.transports.shared_memory import INFOS, NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import reply_of_code, reply_of_infos
 
@@ -179,12 +179,12 @@ def lane_ticket(
     step = op == "step"
     args = (args, None) if step else args
     ticket = Ticket(lane.worker, lane.generation, op, args, lane.envs, step)
-    if code >= 0:  # (read as the lane's: settled here)
+    if code >= 0 or code == INFOS:  # (read as the lane's: settled here)
         ticket.transport, ticket.handle = lane.transport, seq
-        ticket.outcome = outcome_of_code(code)
-    elif code == INFOS:
-        ticket.transport, ticket.handle = lane.transport, seq
-        ticket.outcome = Outcome(True, reply_of_infos(*infos))  # type: ignore[misc]
+        if code >= 0:
+            ticket.outcome = outcome_of_code(code)
+        else:  # (`INFOS`: read with its dicts)
+            ticket.outcome = outcome_of_infos(infos)  # type: ignore[arg-type]
     else:
         lane.transport.adopt(ticket, seq)
     return ticket

@@ -143,33 +143,32 @@ def reply_of_infos(infos: dict[int, Any], old_api: bool) -> Reply:
     return Reply(None, None, None, None, infos, old_api)
 
 
-def infos_in_place(value: Any) -> bool:
-    """Whether a step's or reset's `value` has its rows in place and an info dict per env."""
+def _rows_in_place(value: Any) -> bool:
+    """Whether `value` is a `Reply` whose rows are all in place (none travel in it)."""
     return (
         type(value) is Reply
         and value.observations is None
         and value.rewards is None
         and value.terminations is None
         and value.truncations is None
-        and type(value.infos) is dict
         and type(value.old_api) is bool
     )
 
 
+def infos_in_place(value: Any) -> bool:
+    """Whether a step's or reset's `value` has its rows in place and an info dict per env."""
+    return _rows_in_place(value) and type(value.infos) is dict
+
+
 def in_place(value: Any) -> bool:
     """Whether a step's or reset's `value` has everything in place (`answer` says it all)."""
-    if type(value) is not Reply:
+    if not _rows_in_place(value):
         return False
-    observations, rewards, terminations, truncations, infos, old_api = value
+    infos = value.infos
     return (
-        observations is None
-        and rewards is None
-        and terminations is None
-        and truncations is None
-        and type(infos) is tuple
+        type(infos) is tuple
         and len(infos) == 2
         and infos[0] is None
         and type(infos[1]) is int
         and 0 <= infos[1] < 1 << 64
-        and type(old_api) is bool
     )

@@ -49,7 +49,13 @@ from ray_multiprocess_env._protocol.status import (
 )
 from ray_multiprocess_env.errors import RemoteFailure
 
-__all__ = ["PipeTransport", "decode_reply", "outcome_of_code", "pipes_supported"]
+__all__ = [
+    "PipeTransport",
+    "decode_reply",
+    "outcome_of_code",
+    "outcome_of_infos",
+    "pipes_supported",
+]
 
 _PREFIX = "ray-multiprocess-env-"
 _F_SETPIPE_SZ = 1031
@@ -343,13 +349,18 @@ def outcome_of_code(code: int) -> Outcome:
     return outcome
 
 
+def outcome_of_infos(answer: tuple[dict[int, Any], bool]) -> Outcome:
+    """The outcome of a worker's `status.answer_infos`: its info dicts and old gym's API."""
+    return Outcome(True, reply_of_infos(*answer))
+
+
 def decode_reply(payload: bytes) -> Outcome:
     """The outcome a reply's bytes stand for (a status record, or a pickle)."""
     try:
         if is_record(payload):
             answer = infos_answer(payload)
             if answer is not None:
-                return Outcome(True, reply_of_infos(*answer))
+                return outcome_of_infos(answer)
             code = code_of(*RECORD.unpack_from(payload))
             if code < 0:
                 raise ValueError(f"not a worker's answer: the record {bytes(payload[:16])!r}")

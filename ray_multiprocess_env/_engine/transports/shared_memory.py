@@ -20,8 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport, outcome_of_code
+from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env._engine.transports.pipes import (
+    PipeTransport,
+    outcome_of_code,
+    outcome_of_infos,
+)
 from ray_multiprocess_env._protocol.pipes import dumps, infos_answer
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
 from ray_multiprocess_env._protocol.status import (
@@ -29,7 +33,6 @@ from ray_multiprocess_env._protocol.status import (
     DOORBELL,
     FRAMED_RECORD,
     RECORD,
-    reply_of_infos,
 )
 
 #: What `SharedMemoryTransport.read_lane` returns when no whole reply is in yet.
@@ -212,7 +215,7 @@ class SharedMemoryTransport(PipeTransport):
         self._answered, self.infos = seq, answer
         ticket = self._waiting.pop(seq, None)
         if ticket is not None:
-            ticket.outcome = Outcome(True, reply_of_infos(*answer))
+            ticket.outcome = outcome_of_infos(answer)
         return True
 
     def _leave(self, messages: list[tuple[int, bytes]], ended: bool) -> None:
