@@ -25,9 +25,8 @@ from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket
 from ray_multiprocess_env._engine.seeds import SeedBook
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport
-from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
-from ray_multiprocess_env._engine.transports.tcp import TcpTransport
+from ray_multiprocess_env._engine.transports.channel import ChannelTransport
+from ray_multiprocess_env._engine.transports.tcp import StreamRows
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
@@ -52,8 +51,8 @@ STEP_CODE: list[Callable[..., Any]] = [
     Lanes.wait_held,
     Lanes.batch,
     LaneCall.tickets,
-    SharedMemoryTransport.read_lane,
-    TcpTransport.read_lane,
+    ChannelTransport.read_lane,
+    ChannelTransport._answer,
     type(DEFERRED).poll,
     Calls.launch,
     hand_out,
@@ -66,14 +65,15 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._wait_slow,
     Lanes.wait,
     Lanes.wait_held,
-    SharedMemoryTransport._take_infos,  # (SB3's info dicts per env follow the record)
-    TcpTransport._rows_in,
+    ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
+    ChannelTransport._rows_in,
+    StreamRows.take,
     LaneCall.tickets,
     lane_ticket,
-    SharedMemoryTransport.read_lane,
-    TcpTransport.read_lane,
-    PipeTransport.adopt,
-    PipeTransport.settle,
+    ChannelTransport.read_lane,
+    ChannelTransport._answer,
+    ChannelTransport.adopt,
+    ChannelTransport.settle,
 ]
 
 
@@ -83,7 +83,7 @@ RESET_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.launch_reset,
     Lanes.posts,
-    SharedMemoryTransport.post,
+    ChannelTransport.post,
     Lanes.wait,
     Lanes.wait_held,
     Lanes.replies,
@@ -97,11 +97,11 @@ RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.wait,
     Lanes.wait_held,
-    SharedMemoryTransport._take_infos,
+    ChannelTransport._take_infos,
     LaneCall.tickets,
     lane_ticket,
-    PipeTransport.adopt,
-    PipeTransport.settle,
+    ChannelTransport.adopt,
+    ChannelTransport.settle,
 ]
 
 
@@ -110,7 +110,7 @@ PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
     Engine._beside_pending,
     LaneCall.tickets,
     lane_ticket,
-    PipeTransport.adopt,
+    ChannelTransport.adopt,
 ]
 
 
@@ -122,13 +122,13 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Lanes.ring,
     Lanes._some,
     Lanes.rung,
-    SharedMemoryTransport.ring,
+    ChannelTransport.ring,
     Lanes.wait,
     Lanes.wait_held,
-    SharedMemoryTransport.read_lane,
-    SharedMemoryTransport._take_infos,  # (Tianshou's info dicts per env follow the record)
-    TcpTransport.read_lane,
-    TcpTransport._rows_in,
+    ChannelTransport.read_lane,
+    ChannelTransport._take_infos,  # (Tianshou's info dicts per env follow the record)
+    ChannelTransport._rows_in,
+    StreamRows.take,
     Lanes.batch,
     answer_part,
     hand_out,

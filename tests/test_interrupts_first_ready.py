@@ -25,8 +25,7 @@ from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, Lane
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lanes, lane_ticket
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport
-from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env.errors import RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import EndOnTwoEnv, FlakyEnv
@@ -71,7 +70,7 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.async_reset,
     FirstReadyLanes.reset,
     Lanes.posts,
-    SharedMemoryTransport.post,
+    ChannelTransport.post,
     CallState.put_sent,
     CallState.put_in_flight,
     Calls.launch,  # (the slow path's: the pipe and Ray transports)
@@ -82,12 +81,12 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.recv,
     FirstReadyLanes._read,
-    SharedMemoryTransport._take_infos,
+    ChannelTransport._take_infos,
     CallState.make_tickets,
     LaneSend.ticket,
     lane_ticket,
-    PipeTransport.adopt,
-    PipeTransport.settle,
+    ChannelTransport.adopt,
+    ChannelTransport.settle,
     FirstReadyVerbs.recv,
 ]
 
@@ -277,7 +276,7 @@ def test_ctrl_c_at_any_line_of_a_tianshou_async_step_leaves_waiting_id_true():
         envs.reset()
         fired_in = 0
         code = [type(envs).step, FirstReadyVerbs.send, FirstReadyLanes._read]
-        for function, line in rounds_of([*code, SharedMemoryTransport._take_infos]):
+        for function, line in rounds_of([*code, ChannelTransport._take_infos]):
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
                 with interrupt_at_line(function, line) as fired:
@@ -304,14 +303,14 @@ def test_ctrl_c_at_any_line_of_a_lost_workers_break_leaves_recv_every_result(tra
     )
     with contextlib.closing(envs):
         fired_in = 0
-        for line in lines_of(PipeTransport._break):
+        for line in lines_of(ChannelTransport._break):
             envs.reset(seed=0)  # (not the autoreset of the envs cut short the round before)
             envs.set_attr("taken", [1, 1, -100, -100])  # worker 0 dies in its next step
             envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
             truncated: dict[int, bool] = {}
             fired: list[bool] = []
             with contextlib.suppress(KeyboardInterrupt):
-                with interrupt_at_line(PipeTransport._break, line) as fired:
+                with interrupt_at_line(ChannelTransport._break, line) as fired:
                     *_, cut, infos = envs.recv()
                     truncated.update(zip(_ids(infos), cut.tolist(), strict=True))
             fired_in += bool(fired)

@@ -25,7 +25,7 @@ import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
 from ray_multiprocess_env._engine.lanes import Lanes
-from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
 from tests.helpers import assert_killed, transport_kinds, worker_pids
 from tests.interrupts import Gate
@@ -238,7 +238,7 @@ def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(
         seen = len(roads)
         with pytest.MonkeyPatch.context() as patch:  # (not `monkeypatch`: `roads` stays)
             if not first_guard:
-                patch.setattr(SharedMemoryTransport, "can_post", lambda self: not self.broken)
+                patch.setattr(ChannelTransport, "can_post", lambda self: not self.broken)
             gate.open()  # the late resets finish in their worker (and the next pass the gate)
             assert _readable(envs, 1)  # (seed 1's answer waits in its pipe)
             obs = envs.reset(seed=3)[0]

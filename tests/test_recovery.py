@@ -19,7 +19,7 @@ import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvError
 from ray_multiprocess_env._engine.transports.base import Outcome
-from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import FlakyEnv, bounded_flaky_env
 from tests.envs_faults import DyingEnv
 from tests.helpers import memory_files
@@ -203,9 +203,7 @@ def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch
     try:
         envs.reset(seed=0)
         envs.set_attr("taken", [1, -100])  # env 0's worker dies at its next step
-        monkeypatch.setattr(
-            SharedMemoryTransport, "waiter", _RefusedShare(SharedMemoryTransport.waiter)
-        )
+        monkeypatch.setattr(ChannelTransport, "waiter", _RefusedShare(ChannelTransport.waiter))
         _, _, _, truncated, _ = envs.step(np.array([1, 1]))
         assert truncated.tolist() == [True, False]
         assert envs.step(np.array([1, 1]))[3].tolist() == [False, False]

@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from ray_multiprocess_env._engine.transports.pipes import decode_reply
+from ray_multiprocess_env._engine.transports.base import decode_reply
 from ray_multiprocess_env._protocol import status
 from ray_multiprocess_env._protocol.infos import Piece
 from ray_multiprocess_env._protocol.pipes import dumps, encode_result, infos_answer, run

@@ -35,7 +35,7 @@ from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
-from ray_multiprocess_env._engine.transports.shared_memory import INFOS, NOTHING, OTHER
+from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import Reply
 
 __all__ = ["FirstReadyLanes", "LaneSend", "NotHot"]

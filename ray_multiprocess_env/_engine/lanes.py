@@ -40,9 +40,14 @@ from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.records import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Ticket, all_hot, timeout_ms
-from ray_multiprocess_env._engine.transports.pipes import outcome_of_code, outcome_of_infos
-from ray_multiprocess_env._engine.transports.shared_memory import INFOS, NOTHING, OTHER
+from ray_multiprocess_env._engine.transports.base import (
+    Ticket,
+    all_hot,
+    outcome_of_code,
+    outcome_of_infos,
+    timeout_ms,
+)
+from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import reply_of_code, reply_of_infos
 
 __all__ = [

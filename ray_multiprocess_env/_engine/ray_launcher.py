@@ -24,13 +24,13 @@ from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.options import Options, check_env_fns, check_worker_options
 from ray_multiprocess_env._engine.pool import Launcher, Pool, Worker, worker_layout
 from ray_multiprocess_env._engine.transports.base import remaining
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport, pipes_supported
+from ray_multiprocess_env._engine.transports.pipes import pipe_transport, pipes_supported
 from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, RayCallTransport
-from ray_multiprocess_env._engine.transports.shared_memory import SharedMemoryTransport
+from ray_multiprocess_env._engine.transports.shared_memory import shared_memory_transport
 from ray_multiprocess_env._engine.transports.tcp import (
     PORTS_VARIABLE,
-    TcpTransport,
     ports_from_environment,
+    tcp_transport,
 )
 from ray_multiprocess_env._engine.worker_spin import spin_by_node
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
@@ -192,7 +192,7 @@ class RayLauncher:
                 continue  # (``"pipe"``: Ray calls off the driver's node)
             if shared is not None and shared.spec is not None and transport == "auto":
                 try:
-                    memory = SharedMemoryTransport(
+                    memory = shared_memory_transport(
                         worker.actor, deadline, grace, shared, span, columns, spin
                     )
                     worker.transport, self._serving[worker.index] = memory, memory.serve_ref
@@ -203,7 +203,7 @@ class RayLauncher:
                     logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), str(err))
                     self._stop_serving(worker)
             try:
-                pipe = PipeTransport(worker.actor, deadline, grace, spin)
+                pipe = pipe_transport(worker.actor, deadline, grace, spin)
                 worker.transport, self._serving[worker.index] = pipe, pipe.serve_ref
             except (OSError, RuntimeError, TimeoutError, RayError) as err:
                 if strict and isinstance(err, TimeoutError):
@@ -224,7 +224,7 @@ class RayLauncher:
         """A TCP stream to `worker`; if it cannot be made, Ray calls and one warning why."""
         grace = min(self.options.bound, 10.0)
         try:
-            stream = TcpTransport(worker.actor, deadline, grace, batch, span, columns, ports, spin)
+            stream = tcp_transport(worker.actor, deadline, grace, batch, span, columns, ports, spin)
         except (OSError, RuntimeError, TimeoutError, RayError) as err:
             if strict and isinstance(err, TimeoutError):
                 raise

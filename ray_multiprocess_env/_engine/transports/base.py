@@ -1,14 +1,18 @@
-"""What every transport is: the `Transport` protocol, and the `Ticket` and `Outcome` of a call.
+"""What every transport is: the `Transport` protocol, the `Ticket` and `Outcome` of a call.
 
 A transport carries one worker's operations (``step``, ``reset``, ``apply``, ...) and their
 replies. Each operation sent is a `Ticket`; its `Outcome` is a value (a result, an env error, or
-the worker's death), never an exception thrown across the engine. The transports, a module each:
+the worker's death), never an exception thrown across the engine (`decode_reply` makes one of a
+reply's bytes). The transports:
 
 * `ray_calls.RayCallTransport`: a Ray actor call per operation (any node);
   `ray_calls.ActorTransport` the same for a plain env actor of the user's (one env).
-* `pipes.PipeTransport`: same-node named pipes, served on the worker's env thread.
-* `shared_memory.SharedMemoryTransport`: the pipes carry a doorbell, and the batch (actions,
-  observations, rewards, flags, numeric infos) is in memory the driver shares with the worker.
+* `channel.ChannelTransport`: framed messages on the worker's channel, served on its env
+  thread, with the batch's rows where it has them (`Rows`). It is made over same-node
+  named pipes (`pipes.pipe_transport`); over those pipes with the batch (actions, observations,
+  rewards, flags, numeric infos) in memory shared with the worker and a doorbell on the pipe
+  (`shared_memory.shared_memory_transport`); or over a TCP stream to another node, the rows
+  after the messages (`tcp.tcp_transport`).
 * `in_process.InProcessTransport`: the worker in the driver's process, on a thread of its own
   (no Ray), for tests of the engine's logic.
 
@@ -22,13 +26,29 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+import numpy as np
+
+from ray_multiprocess_env._protocol.pipes import infos_answer, loads
+from ray_multiprocess_env._protocol.status import (
+    RECORD,
+    code_of,
+    is_record,
+    reply_of_code,
+    reply_of_infos,
+)
+from ray_multiprocess_env.errors import RemoteFailure
+
 __all__ = [
     "HotTransport",
     "Outcome",
+    "Rows",
     "Ticket",
     "Transport",
     "Waiter",
     "all_hot",
+    "decode_reply",
+    "outcome_of_code",
+    "outcome_of_infos",
     "remaining",
     "timeout_ms",
 ]
@@ -90,7 +110,7 @@ class Transport(Protocol):
 
     @property
     def kind(self) -> str:
-        """``"ray"``, ``"pipe"``, ``"shared_memory"`` or ``"in_process"`` (messages, tests)."""
+        """``"ray"``, ``"pipe"``, ``"shared_memory"``, ``"tcp"`` or ``"in_process"`` (tests)."""
 
     @property
     def waiter(self) -> Waiter:
@@ -171,6 +191,41 @@ class HotTransport(Transport, Protocol):
         """Settle what `read_lane` left, now that tickets stand for it (False: it ended)."""
 
 
+class Rows(Protocol):
+    """How a hot `channel.ChannelTransport`'s steps travel in the batch's layout.
+
+    In memory shared with the worker (`shared_memory.SharedRows`), or as raw bytes after the
+    messages (`tcp.StreamRows`).
+    """
+
+    #: The worker reads the actions in memory it shares with the driver: they may be written
+    #: there only while it has answered everything sent (else they travel in the message).
+    shared: bool
+    #: The one array of the worker's rows of actions (None: the layout has several, or none).
+    leaf: np.ndarray | None
+
+    def handshake(self) -> Ticket | None:
+        """The operation that has the worker use its rows (None: nothing to ask)."""
+
+    def place(self, actions: Any, positions: Any) -> bool:
+        """Write a step's `actions` into the rows (at `positions`) if they fit their layout."""
+
+    def message(self, head: bytes, positions: Any) -> bytes:
+        """The message of a step whose actions were placed: `head` and what must follow it."""
+
+    def plain(self, data: bytes) -> bytes:
+        """The message of a pickled operation `data` (no rows with it)."""
+
+    def take(self, payload: bytes) -> None:
+        """Copy the rows after a reply into the batch (raises if they do not fit)."""
+
+    def add_columns(self, specs: Sequence[dict[str, Any]]) -> bool:
+        """Follow these info columns too; whether the worker is to write them."""
+
+    def close(self) -> None:
+        """Let go of the rows."""
+
+
 #: The longest one wait blocks (``poll`` takes at most 2**31 ms); the waits loop until done.
 _LONGEST_WAIT_S = 86_400.0
 
@@ -196,3 +251,44 @@ def all_hot(transports: Sequence[Any]) -> bool:
 def deadline_in(seconds: float | None) -> float | None:
     """The monotonic time `seconds` from now, or None for no deadline."""
     return None if seconds is None else time.monotonic() + seconds
+
+
+#: The outcomes of the workers' answers seen, by their `status.code_of` (a few: one per set
+#: of columns written); each is immutable, so every answer of that code shares it.
+_ANSWER_OUTCOMES: dict[int, Outcome] = {}
+
+
+def outcome_of_code(code: int) -> Outcome:
+    """The outcome of a worker's answer (a status record) of this `status.code_of`."""
+    outcome = _ANSWER_OUTCOMES.get(code)
+    if outcome is None:
+        outcome = Outcome(True, reply_of_code(code))
+        if len(_ANSWER_OUTCOMES) < 256:
+            _ANSWER_OUTCOMES[code] = outcome
+    return outcome
+
+
+def outcome_of_infos(answer: tuple[dict[int, Any], bool]) -> Outcome:
+    """The outcome of a worker's `status.answer_infos`: its info dicts and old gym's API."""
+    return Outcome(True, reply_of_infos(*answer))
+
+
+def decode_reply(payload: bytes) -> Outcome:
+    """The outcome a reply's bytes stand for (a status record, or a pickle)."""
+    try:
+        if is_record(payload):
+            answer = infos_answer(payload)
+            if answer is not None:
+                return outcome_of_infos(answer)
+            code = code_of(*RECORD.unpack_from(payload))
+            if code < 0:
+                raise ValueError(f"not a worker's answer: the record {bytes(payload[:16])!r}")
+            return outcome_of_code(code)
+        ok, value = loads(payload)
+    except Exception as err:  # e.g. a class the driver cannot import
+        cause = RemoteFailure(err, f"the reply could not be deserialized on the driver: {err!r}")
+        return Outcome(False, error=cause)
+    if ok:
+        return Outcome(True, value)
+    error, text = value
+    return Outcome(False, error=RemoteFailure(error, text))

@@ -18,8 +18,7 @@ from typing import Any, cast
 
 from ray_multiprocess_env._engine.interrupts import POLL_SLICE_MS
 from ray_multiprocess_env._engine.pool import Worker
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
-from ray_multiprocess_env._engine.transports.pipes import decode_reply
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, decode_reply, remaining
 from ray_multiprocess_env._protocol.pipes import HEADER, answer, dumps
 from ray_multiprocess_env._worker.env_worker import EnvWorker
 from ray_multiprocess_env.errors import EnvCrashedError

@@ -7,14 +7,14 @@ takes a TCP connection of the driver's own to each: the worker listens on its no
 two prove to each other that they hold the secret (`_protocol/stream.py`), and the worker
 serves the connection on the thread that built its envs (`EnvWorker.serve_stream`) exactly as it
 serves pipes. The messages are framed as on the pipes and take the same buffers, waits and
-interrupt guards (`PipeTransport`).
+interrupt guards (the driver's end is a `channel.ChannelTransport`).
 
 The rows travel as raw bytes in the layout of the shared memory: the driver keeps the batch in
 its own memory (`SharedBatch`, private), writes a step's actions there and sends them after the
 doorbell; the worker keeps its rows in memory of its own (`WorkerRows.mirror`) and sends the
 rows (and info columns) each call wrote after its reply, which the driver copies into the batch
-as the reply is read. So the engine sees a worker on another node exactly as one on shared
-memory, hot path included. Spaces with no fixed layout travel serialized, as over pipes.
+as the reply is read (`StreamRows`). So the engine sees a worker on another node exactly as one
+on shared memory, hot path included. Spaces with no fixed layout travel serialized, as over pipes.
 """
 
 from __future__ import annotations
@@ -28,18 +28,10 @@ from typing import Any
 
 import ray
 
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, remaining
-from ray_multiprocess_env._engine.transports.pipes import PipeTransport
-from ray_multiprocess_env._engine.transports.shared_memory import (
-    INFOS,
-    NOTHING,
-    OTHER,
-    SharedMemoryTransport,
-)
-from ray_multiprocess_env._protocol.pipes import dumps
+from ray_multiprocess_env._engine.transports.base import Ticket, remaining
+from ray_multiprocess_env._engine.transports.channel import ChannelTransport, Link
+from ray_multiprocess_env._engine.transports.shared_memory import SharedRows
 from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
-from ray_multiprocess_env._protocol.status import DOORBELL, RECORD, code_of, is_record
 from ray_multiprocess_env._protocol.stream import (
     RowTarget,
     handshake_driver,
@@ -49,9 +41,15 @@ from ray_multiprocess_env._protocol.stream import (
     trailer,
     unpack_rows,
 )
-from ray_multiprocess_env.errors import RemoteFailure
 
-__all__ = ["PORTS_VARIABLE", "TcpTransport", "Unreachable", "ports_from_environment"]
+__all__ = [
+    "PORTS_VARIABLE",
+    "StreamRows",
+    "Unreachable",
+    "open_stream",
+    "ports_from_environment",
+    "tcp_transport",
+]
 
 #: The environment variable that sets the range of ports workers listen in (``first-last``).
 PORTS_VARIABLE = "RAY_MULTIPROCESS_ENV_TCP_PORTS"
@@ -84,7 +82,91 @@ def ports_from_environment() -> tuple[int, int] | None:
     return ports
 
 
-class TcpTransport(SharedMemoryTransport):
+class StreamRows:
+    """Rows ``span`` of `batch` (the driver's own memory) sent after the messages.
+
+    A `base.Rows`: a step's actions after its doorbell, the rows each reply wrote after it
+    (copied into the batch as it is read). With no `batch` (spaces with no fixed layout) the
+    messages only carry the stream's framing (an empty tail).
+    """
+
+    shared = False
+
+    def __init__(self, batch: SharedBatch | None, span: tuple[int, int]) -> None:
+        self._span = span
+        self._targets: list[RowTarget] = []  # what the rows after a reply fill, in order
+        self._blocks: list[ColumnBlock] = []  # the driver's info columns, mapped once more
+        self._mirror: Ticket | None = None
+        self._rows: SharedRows | None = None
+        self.leaf: Any = None
+        if batch is None:
+            return
+        spaces = (batch.observation_space, batch.action_space)
+        self._mirror = Ticket(-1, -1, "mirror", spaces, tuple(range(*span)))
+        self._rows = rows = SharedRows(batch, span)  # (where actions are placed, as in memory)
+        self.leaf, views = rows.leaf, rows.views
+        arrays = [*views.observation_leaves, views.rewards, views.terminations]
+        self._targets = [RowTarget(array) for array in (*arrays, views.truncations)]
+
+    def handshake(self) -> Ticket | None:
+        """The worker keeps its rows in memory of its own, in the batch's layout."""
+        return self._mirror
+
+    def place(self, actions: Any, positions: Any) -> bool:
+        """Write a step's `actions` into the driver's rows (sent after the message)."""
+        return self._rows is not None and self._rows.place(actions, positions)
+
+    def message(self, head: bytes, positions: Any) -> bytes:
+        """`head`, then the rows of actions placed (`positions`; all if None)."""
+        parts = pack_rows(self._rows.views.action_leaves, positions)  # type: ignore[union-attr]
+        size = sum(len(part) for part in parts)
+        return b"".join([head, *parts, trailer(size)])
+
+    def plain(self, data: bytes) -> bytes:
+        """`data` with an empty tail."""
+        return data + _NO_TAIL
+
+    def take(self, payload: bytes) -> None:
+        """Copy the rows after the reply `payload` into the batch."""
+        tail = split_tail(payload)
+        if len(tail):
+            unpack_rows(tail, self._targets)
+
+    def add_columns(self, specs: Sequence[dict[str, Any]]) -> bool:
+        """Copy these columns' rows too, as the worker will send them (False: no layout)."""
+        if self._rows is None:
+            return False  # (no layout: infos travel in the replies)
+        blocks = [ColumnBlock.attach(spec) for spec in specs]
+        targets = []
+        for block in blocks:
+            for column in block.columns(*self._span):
+                targets += [RowTarget(column.values), RowTarget(column.mask)]
+        self._blocks += blocks
+        self._targets += targets
+        return True
+
+    def close(self) -> None:
+        """Let go of the rows and columns."""
+        self._targets = []
+        if self._rows is not None:
+            self._rows.close()
+        self.leaf = None
+        for block in self._blocks:
+            with contextlib.suppress(BufferError):
+                block.close()
+        self._blocks = []
+
+
+def tcp_transport(
+    actor: Any,
+    deadline: float | None,
+    grace: float,
+    batch: SharedBatch | None,
+    span: tuple[int, int],
+    columns: Sequence[dict[str, Any]] = (),
+    ports: tuple[int, int] | None = None,
+    spin_us: int = 0,
+) -> ChannelTransport:
     """A TCP connection to one worker, with the rows of `span` of `batch` as raw bytes.
 
     Args:
@@ -103,165 +185,49 @@ class TcpTransport(SharedMemoryTransport):
         RayError: If the worker cannot listen (no free port in `ports`) or is gone.
         TimeoutError: If the worker does not say where it listens by `deadline`.
     """
-
-    kind = "tcp"
-
-    def __init__(
-        self,
-        actor: Any,
-        deadline: float | None,
-        grace: float,
-        batch: SharedBatch | None,
-        span: tuple[int, int],
-        columns: Sequence[dict[str, Any]] = (),
-        ports: tuple[int, int] | None = None,
-        spin_us: int = 0,
-    ) -> None:
-        self._ports, self._span = ports, span
-        self._targets: list[RowTarget] = []  # what the rows after a reply fill, in order
-        self._blocks: list[ColumnBlock] = []  # the driver's info columns, mapped once more
-        PipeTransport.__init__(self, actor, deadline, grace, spin_us)
+    rows = StreamRows(batch, span)
+    link = open_stream(actor, deadline, ports, spin_us)
+    transport = ChannelTransport("tcp", link, grace, spin_us, rows)
+    transport.use_rows(deadline)
+    if columns:
         try:
-            if batch is None:
-                self._views, self._leaf, self._actions_shared = None, None, False  # type: ignore[assignment]
-                return
-            spaces = (batch.observation_space, batch.action_space)
-            mirror = Ticket(-1, -1, "mirror", spaces, tuple(range(*span)))
-            self._use_rows(batch, span, mirror, deadline)
-            views = self._views
-            arrays = [*views.observation_leaves, views.rewards, views.terminations]
-            self._targets = [RowTarget(array) for array in (*arrays, views.truncations)]
-            if columns:
-                self.share_infos(columns)
-        except BaseException:  # half made: the connection closed, so the worker's serving ends
-            self.close()
-            raise
-
-    def _connect(self, actor: Any, deadline: float | None, spin_us: int) -> tuple[int, int, Any]:
-        """Have the worker listen, connect, and prove to each other who we are.
-
-        Raises:
-            Unreachable: If the worker's port cannot be reached or the other end fails the
-                handshake (a firewall, another program on the port).
-            TimeoutError: If the worker does not say where it listens by `deadline`.
-        """
-        secret = os.urandom(32)
-        left = remaining(deadline)
-        accept_s = _ACCEPT_S if left is None else left
-        host, port = ray.get(
-            actor.listen.remote(secret, self._ports, accept_s), timeout=remaining(deadline)
-        )
-        until = time.monotonic() + min(_CONNECT_S, accept_s)
-        try:
-            sock = socket.create_connection((host, port), timeout=remaining(until))
-        except OSError as err:
-            raise Unreachable(f"{host}:{port}: {err}") from err
-        try:
-            handshake_driver(sock, secret, until)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            keep_alive(sock)
-            sock.setblocking(False)
-        except OSError as err:
-            sock.close()
-            raise Unreachable(f"{host}:{port}: {err}") from err
+            transport.share_infos(columns)
         except BaseException:
-            sock.close()
+            transport.close()
             raise
-        serve_ref = actor.serve_stream.remote(spin_us)  # (the worker's acceptor let us in already)
-        fd = sock.detach()  # (closed as the pipes' ends are)
-        return fd, fd, serve_ref
+    return transport
 
-    def encode(self, ticket: Ticket) -> bytes:
-        """The operation; a step's actions that fit the rows' layout follow it as raw rows."""
-        if ticket.shared_args and self._actions_shared:
-            actions, positions = ticket.args
-            if self._place(actions, positions):
-                head = DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
-                return self._with_actions(head, positions)
-        return self.encode_op(ticket.op, ticket.args)
 
-    def encode_op(self, op: str, args: Any) -> bytes:
-        """The message of `op` with `args`, pickled, and no rows after it."""
-        return dumps((op, args)) + _NO_TAIL
+def open_stream(
+    actor: Any, deadline: float | None, ports: tuple[int, int] | None, spin_us: int
+) -> Link:
+    """Have the worker listen, connect, prove to each other who we are, and start its serving.
 
-    def _with_actions(self, head: bytes, positions: Any) -> bytes:
-        parts = pack_rows(self._views.action_leaves, positions)
-        size = sum(len(part) for part in parts)
-        return b"".join([head, *parts, trailer(size)])
-
-    def _doorbell(self) -> bytes:
-        """The doorbell of a step of every env, its actions (in the driver's rows) after it."""
-        return self._with_actions(DOORBELL, None)
-
-    def _received(self, seq: int, payload: bytes) -> None:
-        """Copy the rows after the reply into the batch, then settle the ticket.
-
-        The rows are copied for a ticket given up on too: a worker on shared memory would have
-        written them there.
-        """
-        try:
-            tail = split_tail(payload)
-            if len(tail):
-                unpack_rows(tail, self._targets)
-        except Exception as err:  # (not from this library's worker; the others still settle)
-            ticket = self._waiting.pop(seq, None)
-            if ticket is not None:
-                cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
-                ticket.outcome = Outcome(False, error=cause)
-            return
-        super()._received(seq, payload)
-
-    def read_lane(self) -> int:
-        """`SharedMemoryTransport.read_lane`: the rows after the record go into the batch."""
-        messages, ended = self._inbox.read(self._done)
-        if len(messages) == 1 and not ended and self._unsettled is None:
-            seq, payload = messages[0]
-            if seq == self._seq and is_record(payload) and self._rows_in(payload):
-                code = code_of(*RECORD.unpack_from(payload))
-                if code >= 0:
-                    self._answered = seq
-                    if self._waiting:
-                        self._settle_lane(seq, code)
-                    return code
-                if self._take_infos(seq, payload):
-                    return INFOS
-        elif not messages and not ended:
-            return NOTHING
-        self._leave(messages, ended)
-        return OTHER
-
-    def _rows_in(self, payload: bytes) -> bool:
-        """Copy the rows after a reply into the batch; False if they do not fit.
-
-        (`settle` has `_received` say what is wrong then.)
-        """
-        try:
-            tail = split_tail(payload)
-            if len(tail):
-                unpack_rows(tail, self._targets)
-        except Exception:
-            return False
-        return True
-
-    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
-        """Have the worker send numeric infos as columns, copied into the driver's columns."""
-        if self._views is None:
-            return  # (no layout: infos travel in the replies)
-        blocks = [ColumnBlock.attach(spec) for spec in specs]
-        targets = []
-        for block in blocks:
-            for column in block.columns(*self._span):
-                targets += [RowTarget(column.values), RowTarget(column.mask)]
-        with deferred_interrupts():  # the targets and the worker's columns agree, or neither
-            self._blocks += blocks
-            self._targets += targets
-            super().share_infos(specs)
-
-    def close(self) -> None:
-        """Close the connection and let go of the rows and columns."""
-        super().close()
-        self._targets = []
-        for block in self._blocks:
-            with contextlib.suppress(BufferError):
-                block.close()
-        self._blocks = []
+    Raises:
+        Unreachable: If the worker's port cannot be reached or the other end fails the
+            handshake (a firewall, another program on the port).
+        TimeoutError: If the worker does not say where it listens by `deadline`.
+    """
+    secret = os.urandom(32)
+    left = remaining(deadline)
+    accept_s = _ACCEPT_S if left is None else left
+    host, port = ray.get(actor.listen.remote(secret, ports, accept_s), timeout=remaining(deadline))
+    until = time.monotonic() + min(_CONNECT_S, accept_s)
+    try:
+        sock = socket.create_connection((host, port), timeout=remaining(until))
+    except OSError as err:
+        raise Unreachable(f"{host}:{port}: {err}") from err
+    try:
+        handshake_driver(sock, secret, until)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        keep_alive(sock)
+        sock.setblocking(False)
+    except OSError as err:
+        sock.close()
+        raise Unreachable(f"{host}:{port}: {err}") from err
+    except BaseException:
+        sock.close()
+        raise
+    serve_ref = actor.serve_stream.remote(spin_us)  # (the worker's acceptor let us in already)
+    fd = sock.detach()  # (closed as the pipes' ends are)
+    return Link(fd, fd, serve_ref)

@@ -1,0 +1,460 @@
+"""A worker served over a channel: framed messages on a pair of descriptors, and the rows.
+
+A channel is two named pipes to a worker on the driver's node (`pipes.py`) or one TCP socket to
+a worker on another node (`tcp.py`); the worker's loop (`_worker/serve_loop.py`) serves either
+on the thread that built its envs, and the messages are framed as `_protocol/pipes.py` says.
+`ChannelTransport` is the driver's end of one, whatever its descriptors: it writes each
+operation (a `Ticket`, pickled), reads the replies as ``poll`` says they came, and settles the
+tickets by sequence number (replies to tickets given up on are dropped). A channel that ends
+settles every ticket as lost with the worker, with Ray's word on why.
+
+A transport with rows (`Rows`) carries a step's actions and results in the batch's layout: in
+memory shared with the worker (`shared_memory.SharedRows`), or as raw bytes after the messages
+(`tcp.StreamRows`). It is hot: the lanes (`lanes.py`) ring a step with no ticket (`ring`, a
+doorbell), post a reset (`post`), and read the answer, a status record, with `read_lane`; a
+ticket made later for such a message is `adopt` ed, and what the lanes read but do not take
+waits for `settle`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import ray
+from ray.exceptions import RayError
+
+from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
+from ray_multiprocess_env._engine.transports.base import (
+    Outcome,
+    Rows,
+    Ticket,
+    decode_reply,
+    outcome_of_code,
+    outcome_of_infos,
+)
+from ray_multiprocess_env._engine.transports.waiting import CHANNELS
+from ray_multiprocess_env._protocol.pipes import Inbox, Outbox, dumps, infos_answer
+from ray_multiprocess_env._protocol.status import (
+    ANSWERS,
+    DOORBELL,
+    FRAMED_RECORD,
+    RECORD,
+    code_of,
+    is_record,
+)
+from ray_multiprocess_env.errors import RemoteFailure
+
+__all__ = [
+    "INFOS",
+    "NOTHING",
+    "OTHER",
+    "ChannelTransport",
+    "Link",
+]
+
+#: What `ChannelTransport.read_lane` returns when no whole reply is in yet.
+NOTHING = -2
+#: What it returns when a reply that is not a record of everything in place came.
+OTHER = -1
+#: What it returns for a record with an info dict per env after it (`status.answer_infos`):
+#: the dicts and old gym's API are in the transport's `infos`.
+INFOS = -3
+
+
+class Link(NamedTuple):
+    """A channel as made: its descriptors and the worker's Ray call that serves it.
+
+    Messages are written to `go` and replies read from `done` (one socket may be both);
+    `serve_ref` ends when the worker stops serving.
+    """
+
+    go: int
+    done: int
+    serve_ref: Any
+
+
+class ChannelTransport:
+    """The driver's end of one worker's channel (`link`), with its `rows` if it has them.
+
+    `kind` names it (``"pipe"``, ``"shared_memory"``, ``"tcp"``); `grace`: seconds to wait for
+    Ray's word on a worker whose channel ended; `spin_us`: how long the worker polls for its
+    next message before it sleeps (`worker_spin`). A transport with rows is hot (the lanes'),
+    and has the worker use them with `use_rows` before anything else is sent.
+    """
+
+    waiter = CHANNELS
+
+    def __init__(
+        self, kind: str, link: Link, grace: float, spin_us: int = 0, rows: Rows | None = None
+    ) -> None:
+        self.kind, self.hot, self._rows = kind, rows is not None, rows
+        self._rows_follow = rows is not None and not rows.shared  # (the rows after replies)
+        self._go, self._done, self.serve_ref = link
+        self.spin_us = spin_us
+        self._grace = grace
+        self._seq = 0
+        self._answered = 0  # the sequence number of the last reply read
+        self._waiting: dict[int, Ticket] = {}
+        self._outbox = Outbox(deferred_interrupts)
+        self._inbox = Inbox(deferred_interrupts)
+        self.broken = False  # the channel closed: the worker died, or serving ended
+        self._lost: Outcome | None = None  # the outcome of every ticket once broken
+        # messages read (and whether the channel ended) that wait for `settle`
+        self._unsettled: tuple[list[tuple[int, bytes]], bool] | None = None
+        self._leaf: np.ndarray | None = None  # the rows of actions `ring` writes (`can_ring`)
+        self._actions_shared = False  # the worker uses the rows: actions may go through them
+        #: The info dicts and API of the last answer `read_lane` read as `INFOS`.
+        self.infos: tuple[dict[int, Any], bool] | None = None
+
+    def use_rows(self, deadline: float | None) -> None:
+        """Have the worker use its rows (waited for until `deadline`); closed if it fails.
+
+        Raises:
+            TimeoutError: If the worker does not answer in time.
+            RemoteFailure: If it cannot use them (it cannot map the memory, say).
+        """
+        try:
+            rows = self._rows
+            handshake = None if rows is None else rows.handshake()
+            if rows is None or handshake is None:
+                return
+            self.submit(handshake)
+            self.waiter.wait([handshake], deadline, 1)
+            if handshake.outcome is None:
+                self.forget(handshake)
+                raise TimeoutError("the worker did not take its rows in time")
+            if not handshake.outcome.ok:
+                raise handshake.outcome.error or RuntimeError("the worker could not take its rows")
+            self._leaf, self._actions_shared = rows.leaf, True
+        except BaseException:  # half made: its channel closed, so the worker's serving ends
+            self.close()
+            raise
+
+    @property
+    def idle(self) -> bool:
+        """Whether the worker has answered every message sent to it."""
+        return self._answered == self._seq
+
+    def fileno(self) -> int:
+        """The descriptor replies arrive on."""
+        return self._done
+
+    def write_fileno(self) -> int:
+        """The descriptor messages are written to."""
+        return self._go
+
+    @property
+    def wants_write(self) -> bool:
+        """Whether part of a message still waits to be written."""
+        return bool(self._outbox.pending)
+
+    def encode(self, ticket: Ticket) -> bytes:
+        """`ticket`'s operation as bytes (done before anything is sent, so errors come first).
+
+        A step's actions that fit the rows' layout go into the rows (a doorbell, and what
+        the rows need after it), while the worker reads them there only once answered all.
+        """
+        rows = self._rows
+        if (
+            ticket.shared_args
+            and rows is not None
+            and self._actions_shared
+            and (self.idle or not rows.shared)
+        ):
+            actions, positions = ticket.args
+            if rows.place(actions, positions):
+                head = DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
+                return rows.message(head, positions)
+        return self.encode_op(ticket.op, ticket.args)
+
+    def encode_op(self, op: str, args: Any) -> bytes:
+        """The message of `op` with `args`, pickled (serialization errors are raised here)."""
+        data = dumps((op, args))
+        rows = self._rows
+        return data if rows is None else rows.plain(data)
+
+    def submit(self, ticket: Ticket, data: Any = None) -> None:
+        """Queue `ticket`'s operation and write as much of it as the channel takes now."""
+        ticket.transport = self
+        if self.broken:
+            ticket.outcome = self._death()
+            return
+        data = self.encode(ticket) if data is None else data
+        with deferred_interrupts():
+            self._seq += 1
+            ticket.handle = self._seq
+            self._waiting[self._seq] = ticket
+            sent = self._outbox.send(self._go, self._seq, data)
+        if not sent:
+            self._break()  # the worker closed its end: it is gone
+
+    def flush(self) -> None:
+        """Write what the channel takes now of the queued messages, without blocking."""
+        if not self.broken and not self._outbox.flush(self._go):
+            self._break()  # the worker closed its end: it is gone
+
+    def pump(self) -> None:
+        """Read what has arrived and settle the tickets whose whole reply is in."""
+        if self._unsettled is not None:  # (read by a lane step given up before its tickets)
+            self.settle()
+        with DEFERRED:  # from the kernel's buffer to the outcomes in one go
+            messages, ended = self._inbox.read(self._done)
+            self._settle_messages(messages)
+        if ended:
+            self._break()  # outside the deferral: asking Ray why may take a moment
+
+    # -- the lanes' (a hot transport's): messages with no ticket ------------------------------
+    def can_ring(self, actions: Any) -> bool:
+        """Whether `ring` can send a step of all of this worker's envs with these `actions`.
+
+        Only while the worker uses its rows, has answered every message and nothing waits to
+        be written, and only for actions in the rows' layout (one array).
+        """
+        leaf = self._leaf
+        return (
+            leaf is not None
+            and not self.broken
+            and self._answered == self._seq
+            and not self._outbox.pending
+            and type(actions) is np.ndarray
+            and actions.dtype == leaf.dtype
+            and actions.shape == leaf.shape
+        )
+
+    def ring(self, actions: np.ndarray) -> int:
+        """Send a step of all of this worker's envs as a doorbell: its sequence number.
+
+        The lanes'; call it with interrupts held back, after `can_ring`. The actions go into
+        the rows, the doorbell onto the channel (with the rows, if they travel). No ticket
+        waits for the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
+        """
+        self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
+        return self.post(self._rows.message(DOORBELL, None))  # type: ignore[union-attr]
+
+    def can_post(self) -> bool:
+        """Whether `post` can send a message now: the worker answered all, nothing waits."""
+        return not self.broken and self._answered == self._seq and not self._outbox.pending
+
+    def post(self, data: bytes) -> int:
+        """Send the message `data` (`encode_op`'s, or `ring`'s doorbell): its sequence number.
+
+        The lanes'; call it with interrupts held back, after `can_post`. No ticket waits for
+        the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
+        """
+        self._seq = seq = self._seq + 1
+        if not self._outbox.send(self._go, seq, data):
+            self._break()  # the worker closed its end: it is gone (as in `submit`)
+        return seq
+
+    def read_lane(self) -> int:
+        """Read the reply to the last `ring` or `post`: a code, `INFOS`, `NOTHING` or `OTHER`.
+
+        The code (`status.code_of`) if the reply is a record of everything in place (the
+        usual; rows that follow it are copied into the batch); `INFOS` if it is a record with
+        an info dict per env after it (SB3's and Tianshou's layout: the dicts are in `infos`
+        then); a ticket that stands for the step, `adopt` ed, is settled with either.
+        `NOTHING` if no whole message is in yet; `OTHER` if anything else came, or the channel
+        ended: that waits for `settle`, which the caller runs once a ticket stands for the
+        step. Call it with interrupts held back, when ``poll`` says a reply is readable.
+        """
+        inbox = self._inbox
+        scratch = inbox.scratch
+        try:
+            count = os.readv(self._done, [scratch])
+        except BlockingIOError:
+            return NOTHING
+        except OSError:  # (a socket reset by the worker's end: as its end)
+            count = 0
+        if count == FRAMED_RECORD.size and inbox.empty and self._unsettled is None:
+            seq, size, head, columns = FRAMED_RECORD.unpack_from(scratch)  # (nothing after)
+            old_api = ANSWERS.get(head)
+            if old_api is not None and seq == self._seq and size == RECORD.size:
+                return self._answer(seq, columns << 1 | old_api)  # (`status.code_of`)
+        messages = inbox.feed(memoryview(scratch)[:count])
+        while not messages and count == len(scratch):  # (a long message: rows over TCP)
+            try:
+                count = os.readv(self._done, [scratch])
+            except BlockingIOError:
+                return NOTHING
+            except OSError:
+                count = 0
+            messages = inbox.feed(memoryview(scratch)[:count])
+        if not messages and count:
+            return NOTHING  # (part of a message)
+        if len(messages) == 1 and count and self._unsettled is None:
+            seq, payload = messages[0]
+            follow = self._rows_follow
+            if seq == self._seq and (not follow or self._rows_in(payload)):
+                if follow and is_record(payload):  # (on shared rows, the first `if` took it)
+                    code = code_of(*RECORD.unpack_from(payload))
+                    if code >= 0:
+                        return self._answer(seq, code)
+                if self._take_infos(seq, payload):
+                    return INFOS
+        self._leave(messages, not count)
+        return OTHER
+
+    def _answer(self, seq: int, code: int) -> int:
+        """`read_lane`'s answer `code` to `seq`, which settles a ticket that stands for it."""
+        self._answered = seq
+        if self._waiting:  # (a ticket stands for the step: first-ready's)
+            ticket = self._waiting.pop(seq, None)
+            if ticket is not None:
+                ticket.outcome = outcome_of_code(code)
+        return code
+
+    def _rows_in(self, payload: bytes) -> bool:
+        """Copy the rows after a reply into the batch; False if they do not fit.
+
+        (`settle` has `_received` say what is wrong then.)
+        """
+        try:
+            self._rows.take(payload)  # type: ignore[union-attr]  # (`_rows_follow`: not None)
+        except Exception:
+            return False
+        return True
+
+    def _take_infos(self, seq: int, payload: bytes) -> bool:
+        """Whether `payload`, the reply to `seq`, is an `answer_infos` (kept in `infos` then).
+
+        A ticket that stands for it is settled with it. Call it with interrupts held back.
+        """
+        try:
+            answer = infos_answer(payload)
+        except Exception:  # (`settle` has `decode_reply` say what is wrong)
+            return False
+        if answer is None:
+            return False
+        self._answered, self.infos = seq, answer
+        ticket = self._waiting.pop(seq, None)
+        if ticket is not None:
+            ticket.outcome = outcome_of_infos(answer)
+        return True
+
+    def _leave(self, messages: list[tuple[int, bytes]], ended: bool) -> None:
+        """Keep what `read_lane` read but does not take for `settle` (after what waits already)."""
+        left = self._unsettled
+        if left is not None:  # (from a lane step given up before its tickets were made)
+            messages, ended = left[0] + messages, left[1] or ended
+        self._unsettled = (messages, ended)
+
+    def adopt(self, ticket: Ticket, seq: int) -> None:
+        """`ticket` stands for message `seq`, sent with no ticket (a lane's step, `ring`).
+
+        Its reply settles it when it comes (or came, and waits for `settle`); once the
+        transport is lost, it settles as lost at once. A reply already read and taken as a
+        lane's is not this transport's to give: the caller settles that ticket.
+        """
+        ticket.transport, ticket.handle = self, seq
+        if self.broken:
+            ticket.outcome = self._lost
+        elif seq > self._answered:
+            self._waiting[seq] = ticket
+
+    def settle(self) -> bool:
+        """Settle the tickets of the messages a lane read but left (`_unsettled`).
+
+        False if the channel had ended: reading it again (`pump`) finds the end again and
+        settles what still waits as lost, out of any block that holds interrupts back.
+        """
+        with DEFERRED:
+            unsettled, self._unsettled = self._unsettled, None
+            if unsettled is None:
+                return True
+            messages, ended = unsettled
+            self._settle_messages(messages)
+        return not ended
+
+    # -- replies, and the end ----------------------------------------------------------------
+    def _settle_messages(self, messages: list[tuple[int, bytes]]) -> None:
+        """Settle the tickets of these whole replies, in order (interrupts held back)."""
+        for seq, payload in messages:
+            self._answered = seq
+            self._received(seq, payload)
+
+    def _received(self, seq: int, payload: bytes) -> None:
+        """Settle the ticket of `seq` (if one waits) with the reply `payload`.
+
+        Rows after it are copied into the batch first, for a ticket given up on too: a worker
+        on shared memory would have written them there.
+        """
+        rows = self._rows
+        if rows is not None:
+            try:
+                rows.take(payload)
+            except Exception as err:  # (not from this library's worker; the others settle)
+                ticket = self._waiting.pop(seq, None)
+                if ticket is not None:
+                    cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
+                    ticket.outcome = Outcome(False, error=cause)
+                return
+        ticket = self._waiting.pop(seq, None)
+        if ticket is not None:  # else a reply to a ticket given up on
+            ticket.outcome = decode_reply(payload)
+
+    def forget(self, ticket: Ticket) -> None:
+        """Drop interest in `ticket`; its reply is skipped when it comes."""
+        self._waiting.pop(ticket.handle, None)
+
+    def share_infos(self, specs: Sequence[dict[str, Any]]) -> None:
+        """Have the worker write numeric infos into these columns (with rows); nothing waits.
+
+        Without rows, infos travel in the replies.
+        """
+        rows = self._rows
+        if rows is None:
+            return
+        ticket = Ticket(-1, -1, "share_infos", (list(specs),), ())
+        data = self.encode(ticket)
+        with deferred_interrupts():  # the rows and the worker's columns agree, or neither
+            if rows.add_columns(specs):
+                self.submit(ticket, data)
+                self.forget(ticket)
+
+    def _break(self) -> None:
+        lost = self._death()  # (asking Ray why may take a moment: outside the block below)
+        with DEFERRED:  # lost, with every ticket waiting settled, or nothing changed
+            self._lost = lost  # (before `broken`: `adopt` gives it to every new ticket)
+            self.broken = True
+            self._settle_waiting(lost)
+            self._outbox.clear()
+
+    def _settle_waiting(self, outcome: Outcome) -> None:
+        """Give every ticket still waiting on this transport `outcome` (the worker is lost)."""
+        for ticket in self._waiting.values():
+            ticket.outcome = outcome
+        self._waiting.clear()
+
+    def _death(self) -> Outcome:
+        """Ray's word on why the channel closed (the worker died, in every case seen)."""
+        try:
+            ray.get(self.serve_ref, timeout=self._grace)
+        except RayError as err:
+            return Outcome(False, error=err, died=True)
+        cause = RuntimeError("the worker stopped serving its channel but is alive")
+        return Outcome(False, error=cause, died=True)
+
+    def close(self) -> None:
+        """Close the channel and let go of the rows; the worker's serving sees the end.
+
+        Tickets still waiting are settled as lost with the worker (a restart sends them to
+        the new one), so none waits on a closed (and maybe reused) descriptor.
+        """
+        with DEFERRED:  # closed, with every ticket settled, or nothing changed
+            if self._lost is None:
+                cause = RuntimeError("the worker's channel was closed")
+                self._lost = Outcome(False, error=cause, died=True)
+            self._settle_waiting(self._lost)
+            fds = {self._go, self._done} - {-1}  # (one socket is both)
+            self._go = self._done = -1
+            self.broken = True
+            self._leaf, self._actions_shared = None, False  # (a step now: as to a lost worker)
+            for fd in fds:  # (never closed twice: a number the kernel may give out again)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if self._rows is not None:
+            self._rows.close()
