@@ -32,21 +32,21 @@ from ray_multiprocess_env._engine import (
     interrupts,
     store,
 )
-from ray_multiprocess_env._engine.transports import shared_memory
+from ray_multiprocess_env._engine.transports import channel
 from ray_multiprocess_env.faces import gymnasium as face
 
 #: (owner, attribute, stage): the stages, in the order of a round trip, indented as they nest.
 STAGES = [
     (face.GymnasiumVectorEnv, "recv", "`recv`: all of it"),
     (type(interrupts.DEFERRED), "poll", "  waiting: `poll` (and the wake-up)"),
-    (shared_memory.SharedMemoryTransport, "read_lane", "  reading the reply"),
+    (channel.ChannelTransport, "read_lane", "  reading the reply"),
     (first_ready_lanes.FirstReadyLanes, "_parts", "  the answers' envs and infos"),
     (call_state.CallState, "take_sent", "  the call state: out of flight"),
     (store.BatchStore, "rows_of", "  the rows: copies of obs, rewards, flags, info columns"),
     (face.GymnasiumVectorEnv, "_received", "  the face's results"),
     (face.GymnasiumVectorEnv, "send", "`send`: all of it (the face's checks included)"),
     (first_ready.FirstReadyVerbs, "send", "  the engine's `send`"),
-    (shared_memory.SharedMemoryTransport, "ring", "    actions in, doorbell written"),
+    (channel.ChannelTransport, "ring", "    actions in, doorbell written"),
     (call_state.CallState, "put_sent", "    the call state: in flight"),
 ]
 

@@ -47,7 +47,7 @@ from ray_multiprocess_env._engine.transports.base import (
     outcome_of_infos,
     timeout_ms,
 )
-from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER
+from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER, ChannelTransport
 from ray_multiprocess_env._protocol.status import reply_of_code, reply_of_infos
 
 __all__ = [
@@ -75,7 +75,7 @@ class Lane:
 
     def __init__(self, worker: Any) -> None:
         self.worker, self.generation, self.envs = worker.index, worker.generation, worker.envs
-        self.transport: Any = worker.transport
+        self.transport: ChannelTransport = worker.transport  # (hot: see `Lanes.now`)
         self.start, self.stop = worker.envs.start, worker.envs.stop
         self.poller = select.poll()  # (`Lanes.wait_held`)
         self.poller.register(self.transport.fileno(), select.POLLIN)

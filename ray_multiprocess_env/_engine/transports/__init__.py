@@ -1,1 +1,1 @@
-"""The transports, one module each, behind one interface (`base.Transport`)."""
+"""The transports behind one interface (`base.Transport`): Ray calls, channels, in-process."""

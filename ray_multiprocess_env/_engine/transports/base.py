@@ -39,7 +39,6 @@ from ray_multiprocess_env._protocol.status import (
 from ray_multiprocess_env.errors import RemoteFailure
 
 __all__ = [
-    "HotTransport",
     "Outcome",
     "Rows",
     "Ticket",
@@ -118,7 +117,10 @@ class Transport(Protocol):
 
     @property
     def hot(self) -> bool:
-        """Whether it is a `HotTransport` (steps as doorbells, for the engine's hot path)."""
+        """Whether it steps all of its worker's envs with a doorbell (the lanes', `lanes.Lanes`).
+
+        A `channel.ChannelTransport` with `Rows`: the only kind that is.
+        """
 
     def encode(self, ticket: Ticket) -> Any:
         """`ticket`'s operation ready to send; serialization errors are raised here, first."""
@@ -134,61 +136,6 @@ class Transport(Protocol):
 
     def close(self) -> None:
         """Release the connection; tickets still waiting settle as lost with the worker."""
-
-
-class HotTransport(Transport, Protocol):
-    """A transport that steps all of its worker's envs with a doorbell (`lanes.Lanes`).
-
-    Its replies arrive on one descriptor (`fileno`), which ``poll`` waits on. The lanes read
-    them with `read_lane` (a step's or a reset's answer, a record, and the ticket of it, if
-    one waits); the slow path with `pump`, which settles the tickets of whatever arrived.
-    """
-
-    broken: bool
-    #: The info dicts (by position) and old gym's API of the last answer `read_lane` read as
-    #: `INFOS` (one info dict per env: SB3's and Tianshou's layout).
-    infos: tuple[dict[int, Any], bool] | None
-
-    @property
-    def wants_write(self) -> bool:
-        """Whether part of a message still waits to be written."""
-
-    def fileno(self) -> int:
-        """The descriptor replies arrive on."""
-
-    def pump(self) -> None:
-        """Read what has arrived and settle the tickets whose whole reply is in."""
-
-    def can_ring(self, actions: Any) -> bool:
-        """Whether `ring` can send a step of all of the worker's envs with these `actions`."""
-
-    def ring(self, actions: Any) -> int:
-        """Send a step of all of the worker's envs (after `can_ring`): its sequence number.
-
-        No ticket waits for its reply: `read_lane` reads it, or the ticket `adopt` ed does.
-        """
-
-    def can_post(self) -> bool:
-        """Whether `post` can send a message now (the worker answered every one before)."""
-
-    def encode_op(self, op: str, args: Any) -> bytes:
-        """The message of `op` with `args` for `post` (serialization errors are raised here)."""
-
-    def post(self, data: bytes) -> int:
-        """Send the message `data` with no ticket (after `can_post`): its sequence number."""
-
-    def read_lane(self) -> int:
-        """The reply to the last `ring` or `post`, if a record of everything in place: its code.
-
-        `INFOS` for a record with an info dict per env after it (then in `infos`); else
-        `NOTHING` (no whole message yet) or `OTHER` (left for `settle`).
-        """
-
-    def adopt(self, ticket: Ticket, seq: int) -> None:
-        """`ticket` stands for message `seq`, sent by `ring`: its reply settles it."""
-
-    def settle(self) -> bool:
-        """Settle what `read_lane` left, now that tickets stand for it (False: it ended)."""
 
 
 class Rows(Protocol):

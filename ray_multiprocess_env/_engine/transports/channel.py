@@ -287,12 +287,13 @@ class ChannelTransport:
             return NOTHING  # (part of a message)
         if len(messages) == 1 and count and self._unsettled is None:
             seq, payload = messages[0]
-            follow = self._rows_follow
-            if seq == self._seq and (not follow or self._rows_in(payload)):
-                if follow and is_record(payload):  # (on shared rows, the first `if` took it)
-                    code = code_of(*RECORD.unpack_from(payload))
-                    if code >= 0:
-                        return self._answer(seq, code)
+            if seq == self._seq and not self._rows_follow:  # (shared rows: a record alone
+                if self._take_infos(seq, payload):  # took the first `if`)
+                    return INFOS
+            elif seq == self._seq and is_record(payload) and self._rows_in(payload):
+                code = code_of(*RECORD.unpack_from(payload))
+                if code >= 0:
+                    return self._answer(seq, code)
                 if self._take_infos(seq, payload):
                     return INFOS
         self._leave(messages, not count)
@@ -406,8 +407,8 @@ class ChannelTransport:
         Without rows, infos travel in the replies.
         """
         rows = self._rows
-        if rows is None:
-            return
+        if rows is None or self.broken:
+            return  # (a worker given up on: nothing to share)
         ticket = Ticket(-1, -1, "share_infos", (list(specs),), ())
         data = self.encode(ticket)
         with deferred_interrupts():  # the rows and the worker's columns agree, or neither

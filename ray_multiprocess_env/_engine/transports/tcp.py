@@ -30,7 +30,7 @@ import ray
 
 from ray_multiprocess_env._engine.transports.base import Ticket, remaining
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport, Link
-from ray_multiprocess_env._engine.transports.shared_memory import SharedRows
+from ray_multiprocess_env._engine.transports.shared_memory import SharedRows, share_columns
 from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
 from ray_multiprocess_env._protocol.stream import (
     RowTarget,
@@ -150,7 +150,7 @@ class StreamRows:
         self._targets = []
         if self._rows is not None:
             self._rows.close()
-        self.leaf = None
+        self._rows = self.leaf = None  # (`add_columns` maps no more)
         for block in self._blocks:
             with contextlib.suppress(BufferError):
                 block.close()
@@ -189,12 +189,7 @@ def tcp_transport(
     link = open_stream(actor, deadline, ports, spin_us)
     transport = ChannelTransport("tcp", link, grace, spin_us, rows)
     transport.use_rows(deadline)
-    if columns:
-        try:
-            transport.share_infos(columns)
-        except BaseException:
-            transport.close()
-            raise
+    share_columns(transport, columns)
     return transport
 
 
@@ -222,12 +217,12 @@ def open_stream(
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         keep_alive(sock)
         sock.setblocking(False)
+        serve_ref = actor.serve_stream.remote(spin_us)  # (the worker's acceptor let us in)
     except OSError as err:
         sock.close()
         raise Unreachable(f"{host}:{port}: {err}") from err
     except BaseException:
         sock.close()
         raise
-    serve_ref = actor.serve_stream.remote(spin_us)  # (the worker's acceptor let us in already)
     fd = sock.detach()  # (closed as the pipes' ends are)
     return Link(fd, fd, serve_ref)
