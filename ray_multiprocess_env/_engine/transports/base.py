@@ -13,8 +13,9 @@ reply's bytes). The transports:
   rewards, flags, numeric infos) in memory shared with the worker and a doorbell on the pipe
   (`shared_memory.shared_memory_transport`); or over a TCP stream to another node, the rows
   after the messages (`tcp.tcp_transport`).
-* `in_process.InProcessTransport`: the worker in the driver's process, on a thread of its own
-  (no Ray), for tests of the engine's logic.
+* `in_process.InProcessWorker`: the worker in the driver's process, on a thread of its own
+  (no Ray), served over a socket pair with a `channel.ChannelTransport`, for tests of the
+  engine's logic.
 
 The engine holds every transport as a `Transport` and never asks which one it is; waiting on
 tickets of several transports at once goes through each one's `Waiter` (`waiting.py`).

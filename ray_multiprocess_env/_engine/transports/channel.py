@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -69,21 +69,24 @@ class Link(NamedTuple):
     """A channel as made: its descriptors and the worker's Ray call that serves it.
 
     Messages are written to `go` and replies read from `done` (one socket may be both);
-    `serve_ref` ends when the worker stops serving.
+    `serve_ref` ends when the worker stops serving, and Ray's word on it says why the channel
+    ended, unless `ended` gives the cause (a worker with no Ray call: `in_process`).
     """
 
     go: int
     done: int
     serve_ref: Any
+    ended: Callable[[], BaseException] | None = None
 
 
 class ChannelTransport:
     """The driver's end of one worker's channel (`link`), with its `rows` if it has them.
 
-    `kind` names it (``"pipe"``, ``"shared_memory"``, ``"tcp"``); `grace`: seconds to wait for
-    Ray's word on a worker whose channel ended; `spin_us`: how long the worker polls for its
-    next message before it sleeps (`worker_spin`). A transport with rows is hot (the lanes'),
-    and has the worker use them with `use_rows` before anything else is sent.
+    `kind` names it (``"pipe"``, ``"shared_memory"``, ``"tcp"``, ``"in_process"``); `grace`:
+    seconds to wait for Ray's word on a worker whose channel ended; `spin_us`: how long the
+    worker polls for its next message before it sleeps (`worker_spin`). A transport with rows
+    is hot (the lanes'), and has the worker use them with `use_rows` before anything else is
+    sent.
     """
 
     waiter = CHANNELS
@@ -93,7 +96,7 @@ class ChannelTransport:
     ) -> None:
         self.kind, self.hot, self._rows = kind, rows is not None, rows
         self._rows_follow = rows is not None and not rows.shared  # (the rows after replies)
-        self._go, self._done, self.serve_ref = link
+        self._go, self._done, self.serve_ref, self._ended = link
         self.spin_us = spin_us
         self._grace = grace
         self._seq = 0
@@ -432,6 +435,8 @@ class ChannelTransport:
 
     def _death(self) -> Outcome:
         """Ray's word on why the channel closed (the worker died, in every case seen)."""
+        if self._ended is not None:
+            return Outcome(False, error=self._ended(), died=True)
         try:
             ray.get(self.serve_ref, timeout=self._grace)
         except RayError as err:
