@@ -158,8 +158,9 @@ class ChannelTransport:
     def encode(self, ticket: Ticket) -> bytes:
         """`ticket`'s operation as bytes (done before anything is sent, so errors come first).
 
-        A step's actions that fit the rows' layout go into the rows (a doorbell, and what
-        the rows need after it), while the worker reads them there only once answered all.
+        A step's actions that fit the rows' layout go into the rows (a doorbell, and what the
+        rows need after it); in shared rows only while the worker has answered every message
+        sent (one still unread may read the rows).
         """
         rows = self._rows
         if (
@@ -290,15 +291,17 @@ class ChannelTransport:
             return NOTHING  # (part of a message)
         if len(messages) == 1 and count and self._unsettled is None:
             seq, payload = messages[0]
-            if seq == self._seq and not self._rows_follow:  # (shared rows: a record alone
-                if self._take_infos(seq, payload):  # took the first `if`)
-                    return INFOS
-            elif seq == self._seq and is_record(payload) and self._rows_in(payload):
-                code = code_of(*RECORD.unpack_from(payload))
-                if code >= 0:
-                    return self._answer(seq, code)
-                if self._take_infos(seq, payload):
-                    return INFOS
+            if seq != self._seq:
+                pass  # (an answer to a message given up on: `settle` drops it)
+            elif self._rows_follow:  # (the TCP stream: the rows after a record copied in)
+                if is_record(payload) and self._rows_in(payload):
+                    code = code_of(*RECORD.unpack_from(payload))
+                    if code >= 0:
+                        return self._answer(seq, code)
+                    if self._take_infos(seq, payload):
+                        return INFOS
+            elif self._take_infos(seq, payload):  # (a record alone was read at once above)
+                return INFOS
         self._leave(messages, not count)
         return OTHER
 
