@@ -252,10 +252,59 @@ def test_ctrl_c_at_any_line_of_a_recv_the_slow_path_takes_over_loses_no_result(t
                 _recv_into(envs, received)
             expected = {env: before[env] + 1 for env in (1, 2, 3)}
             assert received == expected, (function, line)
+            envs.send(np.array([0]), [0])  # (env 0's lost-episode report handed over: the
+            envs.recv()  # next round's `send` goes on the lanes again, not the slow path)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
         before = counts(envs)
         obs = envs.step(np.ones(4, dtype=np.int64))[0]
         assert obs[:, 0].tolist() == [count + 1 for count in before]
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_ctrl_c_at_any_line_of_a_take_over_of_info_dict_answers_loses_no_result(transport):
+    """As above, with an info dict per env (Tianshou's layout): answers read as `INFOS`.
+
+    Worker 1's answer (a record, its info dicts after it) is read on the lanes, then worker
+    0's pickle (env 0 raises; env 1, beside it, is slow) hands both to the slow path: the
+    ticket made of worker 1's answer carries the dicts read (`lane_ticket`'s `INFOS`). Each
+    env's result and info dict still come back exactly once.
+    """
+    from ray_multiprocess_env import TianshouVectorEnv
+
+    envs = TianshouVectorEnv([FlakyEnv] * 4, envs_per_worker=2, wait_num=2, transport=transport)
+    engine = envs._engine  # (private: the first-ready verbs the face's `step` uses)
+    with contextlib.closing(envs):
+        envs.reset()
+        envs.set_env_attr("delay", 0.05, id=1)  # (worker 1 answers first, read on the lanes)
+        fired_in = 0
+        for function, line in rounds_of(RECV_TAKE_OVER_CODE):
+            before = [float(count) for count in envs.get_env_attr("count")]  # (Tianshou's)
+            engine.send(np.array([-1, 1, 1, 1]), [0, 1, 2, 3])  # (env 0 raises)
+            received: dict[int, float] = {}
+            fired: list[bool] = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    _recv_batch_into(engine, received)
+            fired_in += bool(fired)
+            while engine.busy_envs():  # what is still in flight comes back
+                _recv_batch_into(engine, received)
+            expected = {env: before[env] + 1 for env in (1, 2, 3)}
+            assert received == expected, (function, line)
+            engine.send(np.array([0]), [0])  # (env 0's report handed over, as above)
+            engine.recv()
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
+
+
+def _recv_batch_into(engine: Any, received: dict[int, float]) -> None:
+    """`Engine.recv` each env's observation into `received` (an env error raised: none)."""
+    with contextlib.suppress(RemoteEnvError):
+        batch = engine.recv()
+        assert [type(info) for info in batch.infos] == [dict] * len(batch.env_ids)
+        for env, value in zip(
+            batch.env_ids.tolist(), batch.observations[:, 0].tolist(), strict=True
+        ):
+            assert env not in received, f"env {env} came back twice"
+            received[env] = value
 
 
 def _recv_into(envs: Any, received: dict[int, float]) -> None:
