@@ -238,23 +238,13 @@ def test_ctrl_c_at_any_line_of_a_recv_the_slow_path_takes_over_loses_no_result(t
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
         envs.reset()
-        fired_in = 0
-        for function, line in rounds_of(RECV_TAKE_OVER_CODE):
-            before = counts(envs)
-            envs.send(np.array([-1, 1, 1, 1]), [0, 1, 2, 3])  # (env 0 raises)
-            received: dict[int, float] = {}
-            fired: list[bool] = []
-            with contextlib.suppress(KeyboardInterrupt):
-                with interrupt_at_line(function, line) as fired:
-                    _recv_into(envs, received)
-            fired_in += bool(fired)
-            while envs._engine.busy_envs():  # (private) what is still in flight comes back
-                _recv_into(envs, received)
-            expected = {env: before[env] + 1 for env in (1, 2, 3)}
-            assert received == expected, (function, line)
-            envs.send(np.array([0]), [0])  # (env 0's lost-episode report handed over: the
-            envs.recv()  # next round's `send` goes on the lanes again, not the slow path)
-        assert fired_in > 10  # (the lines ran: the interrupts were real)
+        _take_over_rounds(
+            envs.send,
+            envs.recv,
+            lambda received: _recv_into(envs, received),
+            lambda: counts(envs),
+            envs._engine.busy_envs,  # (private) what is still in flight
+        )
         before = counts(envs)
         obs = envs.step(np.ones(4, dtype=np.int64))[0]
         assert obs[:, 0].tolist() == [count + 1 for count in before]
@@ -276,23 +266,47 @@ def test_ctrl_c_at_any_line_of_a_take_over_of_info_dict_answers_loses_no_result(
     with contextlib.closing(envs):
         envs.reset()
         envs.set_env_attr("delay", 0.05, id=1)  # (worker 1 answers first, read on the lanes)
-        fired_in = 0
-        for function, line in rounds_of(RECV_TAKE_OVER_CODE):
-            before = [float(count) for count in envs.get_env_attr("count")]  # (Tianshou's)
-            engine.send(np.array([-1, 1, 1, 1]), [0, 1, 2, 3])  # (env 0 raises)
-            received: dict[int, float] = {}
-            fired: list[bool] = []
-            with contextlib.suppress(KeyboardInterrupt):
-                with interrupt_at_line(function, line) as fired:
-                    _recv_batch_into(engine, received)
-            fired_in += bool(fired)
-            while engine.busy_envs():  # what is still in flight comes back
-                _recv_batch_into(engine, received)
-            expected = {env: before[env] + 1 for env in (1, 2, 3)}
-            assert received == expected, (function, line)
-            engine.send(np.array([0]), [0])  # (env 0's report handed over, as above)
-            engine.recv()
-        assert fired_in > 10  # (the lines ran: the interrupts were real)
+        _take_over_rounds(
+            engine.send,
+            engine.recv,
+            lambda received: _recv_batch_into(engine, received),
+            lambda: [float(count) for count in envs.get_env_attr("count")],  # (Tianshou's)
+            engine.busy_envs,
+        )
+
+
+def _take_over_rounds(
+    send: Callable[[np.ndarray, list[int]], Any],
+    recv: Callable[[], Any],
+    recv_into: Callable[[dict[int, float]], None],
+    counts_now: Callable[[], list[float]],
+    busy: Callable[[], list[int]],
+) -> None:
+    """A Ctrl-C at each line of `RECV_TAKE_OVER_CODE`, one round each; every result once.
+
+    Each round `send` s all 4 envs (env 0 raises) and receives them with `recv_into` (the
+    interrupted one, then what is still in flight, `busy`): envs 1 to 3 come back once each,
+    one step further on (`counts_now`). It ends with a step of env 0 alone (`send`, `recv`),
+    which hands its lost-episode report over: with a report owed, the next round's `send`
+    would leave the lanes for the slow path.
+    """
+    fired_in = 0
+    for function, line in rounds_of(RECV_TAKE_OVER_CODE):
+        before = counts_now()
+        send(np.array([-1, 1, 1, 1]), [0, 1, 2, 3])  # (env 0 raises)
+        received: dict[int, float] = {}
+        fired: list[bool] = []
+        with contextlib.suppress(KeyboardInterrupt):
+            with interrupt_at_line(function, line) as fired:
+                recv_into(received)
+        fired_in += bool(fired)
+        while busy():  # what is still in flight comes back
+            recv_into(received)
+        expected = {env: before[env] + 1 for env in (1, 2, 3)}
+        assert received == expected, (function, line)
+        send(np.array([0]), [0])  # (env 0's report handed over)
+        recv()
+    assert fired_in > 10  # (the lines ran: the interrupts were real)
 
 
 def _recv_batch_into(engine: Any, received: dict[int, float]) -> None:
