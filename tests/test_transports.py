@@ -16,10 +16,12 @@ import os
 import resource
 import signal
 import threading
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import ray
 from gymnasium.vector import AutoresetMode
 
 from ray_multiprocess_env import (
@@ -28,6 +30,13 @@ from ray_multiprocess_env import (
     RayVectorEnv,
     RemoteEnvError,
 )
+from ray_multiprocess_env._engine.ray_launcher import _worker_class
+from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env._engine.transports.ray_calls import RayCallTransport
+from ray_multiprocess_env._engine.transports.tcp import StreamRows
+from ray_multiprocess_env._protocol.pipes import loads
+from ray_multiprocess_env._protocol.shared_layout import SharedBatch
+from ray_multiprocess_env._protocol.status import DOORBELL, is_record
 from tests.envs import FlakyEnv, ThreadBoundEnv, UnpicklableInfoEnv
 from tests.helpers import assert_killed, interrupt_after, transport_kinds, worker_pids
 from tests.interrupts import Gate
@@ -68,6 +77,44 @@ def test_auto_uses_pipes_to_local_workers_and_ray_uses_none(monkeypatch):
     monkeypatch.setenv("RAY_MULTIPROCESS_ENV_TRANSPORT", "ray")
     with contextlib.closing(GymnasiumVectorEnv([_cartpole] * 2, envs_per_worker=2)) as envs:
         assert transport_kinds(envs) == ["ray"]
+
+
+def test_ray_calls_carry_the_streams_bytes_a_record_then_the_rows():
+    """Over Ray calls a step is the TCP stream's bytes: nothing of it is pickled.
+
+    Its actions go as raw rows after a doorbell; the worker answers with its record, then the
+    rows it wrote, which land in the driver's batch: those of envs stepped in-process.
+    """
+    envs = [_cartpole(), _cartpole()]
+    batch = SharedBatch.create(envs[0].observation_space, envs[0].action_space, 2, share=False)
+    views = batch.views(0, 2)
+    actor = _worker_class().remote([_cartpole] * 2, [0, 1])
+    calls = RayCallTransport(actor, StreamRows(batch, (0, 2)))
+
+    def call(op, args, shared=False):
+        ticket = Ticket(0, 0, op, args, (0, 1), shared_args=shared)
+        data = calls.encode(ticket)
+        reply = ray.get(actor.message.remote(data), timeout=60)
+        assert is_record(reply), loads(reply)  # (a pickle: what went wrong)
+        outcome = calls.outcome(ticket, reply)
+        assert outcome.ok, outcome.error
+        assert outcome.value.observations is None  # in place: in the batch
+        return data
+
+    try:
+        calls.use_rows(time.monotonic() + 60)
+        call("reset", ([3, 4], None, None))
+        want = [env.reset(seed=seed)[0] for env, seed in zip(envs, (3, 4), strict=True)]
+        np.testing.assert_array_equal(views.observations, want)
+        for i in range(20):
+            actions = np.array([i % 2, 1 - i % 2])
+            assert call("step", (actions, None), shared=True).startswith(DOORBELL)
+            results = [env.step(a)[:4] for env, a in zip(envs, actions, strict=True)]
+            for got, want in zip(views[1:5], zip(*results, strict=True), strict=True):
+                np.testing.assert_array_equal(got, want)
+    finally:
+        calls.close()
+        ray.kill(actor)
 
 
 def test_a_bad_transport_is_named(monkeypatch):

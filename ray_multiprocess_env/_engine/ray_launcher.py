@@ -6,7 +6,9 @@ worker on the driver's node (``transport="auto"`` and spaces with a fixed layout
 for one whose batch has no layout or with ``transport="pipe"``, a TCP stream for workers on
 other nodes (``"auto"``) or everywhere (``"tcp"``), Ray calls with ``transport="ray"``, for
 workers on other nodes with ``"pipe"``, where the platform has no ``poll``, and for a worker
-that cannot be reached over TCP (one warning says why).
+that cannot be reached over TCP (one warning says why). Ray calls carry the stream's bytes,
+the worker's rows after its record (`_open_ray_calls`), except for a worker that fell back to
+them: it answers with pickles, read right as well.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ray_multiprocess_env._engine.transports.ray_calls import ActorTransport, Ra
 from ray_multiprocess_env._engine.transports.shared_memory import shared_memory_transport
 from ray_multiprocess_env._engine.transports.tcp import (
     PORTS_VARIABLE,
+    StreamRows,
     ports_from_environment,
     tcp_transport,
 )
@@ -177,6 +180,8 @@ class RayLauncher:
         """
         transport = self.options.transport
         if transport == "ray" or not pipes_supported():
+            for worker in workers:
+                self._open_ray_calls(worker, shared, deadline, strict)
             return
         here = ray.get_runtime_context().get_node_id()
         grace = min(self.options.bound, 10.0)
@@ -188,8 +193,9 @@ class RayLauncher:
             if transport == "tcp" or (transport == "auto" and worker.node_id != here):
                 self._open_tcp(worker, shared, span, columns, deadline, ports, strict, spin)
                 continue
-            if worker.node_id != here:
-                continue  # (``"pipe"``: Ray calls off the driver's node)
+            if worker.node_id != here:  # (``"pipe"``: Ray calls off the driver's node)
+                self._open_ray_calls(worker, shared, deadline, strict)
+                continue
             if shared is not None and shared.spec is not None and transport == "auto":
                 try:
                     memory = shared_memory_transport(
@@ -241,6 +247,27 @@ class RayLauncher:
             )
             return  # (Ray calls wait behind the worker's `serve_stream` until it gives up)
         worker.transport, self._serving[worker.index] = stream, stream.serve_ref
+
+    def _open_ray_calls(
+        self, worker: Worker, batch: SharedBatch | None, deadline: float | None, strict: bool
+    ) -> None:
+        """Ray calls to `worker`, its rows of `batch` (if the spaces have a layout) after them.
+
+        Until the worker says it keeps its rows in the batch's layout (by `deadline`), a step's
+        actions are pickled; its replies are read right either way.
+        """
+        if batch is None:
+            return  # (no layout: everything pickled, as `connect` left it)
+        calls = RayCallTransport(
+            worker.actor, StreamRows(batch, (worker.envs.start, worker.envs.stop))
+        )
+        worker.transport = calls
+        try:
+            calls.use_rows(deadline)
+        except Exception as err:  # (a worker that cannot: its replies are read right anyway)
+            if strict and isinstance(err, TimeoutError):
+                raise
+            logger.warning("Envs %s: actions pickled in Ray calls (%s).", list(worker.envs), err)
 
     def _spins(self, workers: Sequence[Worker]) -> dict[str, int]:
         """How long the workers on each node poll for their next message (`worker_spin`).

@@ -12,8 +12,9 @@ Every env method runs on one thread: the actor's main thread, which built the en
 the calls of a plain (non-threaded) actor there, and the same-node pipe transport is served
 there too (`serve` holds the main thread and dispatches each message exactly as a Ray call
 would be), so envs bound to their thread (OpenGL/EGL contexts, pygame, ``signal.alarm``) work
-with every transport; so is the TCP stream of a worker on another node (`serve_stream`). This
-module imports nothing of the driver side.
+with every transport; so is the TCP stream of a worker on another node (`serve_stream`). Ray
+calls of `message` carry the stream's bytes (``transport="ray"``). This module imports nothing
+of the driver side.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class EnvWorker:
         max_restarts: int | None = None,
     ) -> None:
         self._thread = threading.get_ident()
+        self._plain: Callable[[str, tuple[Any, ...]], Any] | None = None  # (`_answer`'s)
         self.env_indices = list(env_indices)
         self.envs = []
         #: Why the envs could not be built (a factory raised), or None. Every call raises it:
@@ -125,7 +127,7 @@ class EnvWorker:
             self._batch.restarted(restart_seeds)
         self._acceptor: stream.Acceptor | None = None  # `listen`'s, for `serve_stream`
 
-    # -- the two ways in: a Ray call, or the same-node pipe ------------------------------------
+    # -- the ways in: a Ray call (`handle`, or `message`), the pipes, the TCP stream -----------
     def handle(self, op: str, args: tuple[Any, ...]) -> Any:
         """Run operation `op` (``step``, ``reset``, ``apply``, ...) with `args`."""
         if threading.get_ident() != self._thread:  # pragma: no cover - Ray's plain actors
@@ -183,25 +185,44 @@ class EnvWorker:
             self._unshare()
 
     def _stream_respond(self) -> Callable[[int, bytes], list[pipes.Buffer]]:
-        """How `serve_stream` answers a message: actions in, reply and the rows written out."""
-        handle, rows, indices = _plain_handle(self), self._rows, self.env_indices
+        """How `serve_stream` answers a message: the frame's header, then `_answer`'s parts."""
+        answer = self._answer
 
         def respond(seq: int, payload: bytes) -> list[pipes.Buffer]:
-            tail = stream.split_tail(payload)
-            try:
-                if len(tail):
-                    rows.take_actions(tail)
-            except Exception as err:  # (not from this library's driver)
-                op, ok, value = "step", False, (pipes.error_value(err), repr(err))
-            else:
-                op, ok, value = pipes.run(handle, payload)
-            data = pipes.encode_result(ok, value, indices, op)
-            rows_out = rows.written_tail()
-            size = sum(len(part) for part in rows_out)
-            end = stream.trailer(size)
-            return [pipes.HEADER.pack(seq, len(data) + size + len(end)), data, *rows_out, end]
+            parts = answer(payload)
+            return [pipes.HEADER.pack(seq, sum(len(part) for part in parts)), *parts]
 
         return respond
+
+    def message(self, payload: bytes) -> bytes:
+        """Answer one message of the stream's kind as a Ray call (``transport="ray"``).
+
+        The same bytes as a TCP stream's reply less its frame's header: a step's or reset's
+        record, or a pickle, then the rows the call wrote.
+        """
+        if threading.get_ident() != self._thread:  # pragma: no cover - Ray's plain actors
+            raise RuntimeError("EnvWorker was called off the thread that built its envs")
+        if self.start_error is not None:
+            raise self.start_error
+        return b"".join(self._answer(payload))
+
+    def _answer(self, payload: bytes) -> list[pipes.Buffer]:
+        """A stream's message answered: actions in, the reply and the rows written out."""
+        rows, handle = self._rows, self._plain
+        if handle is None:
+            handle = self._plain = _plain_handle(self)
+        tail = stream.split_tail(payload)
+        try:
+            if len(tail):
+                rows.take_actions(tail)
+        except Exception as err:  # (not from this library's driver)
+            op, ok, value = "step", False, (pipes.error_value(err), repr(err))
+        else:
+            op, ok, value = pipes.run(handle, payload)
+        data = pipes.encode_result(ok, value, self.env_indices, op)
+        rows_out = rows.written_tail()
+        size = sum(len(part) for part in rows_out)
+        return [data, *rows_out, stream.trailer(size)]
 
     # -- the batch ------------------------------------------------------------------------------
     def _op_reset(

@@ -5,8 +5,9 @@ replies. Each operation sent is a `Ticket`; its `Outcome` is a value (a result, 
 the worker's death), never an exception thrown across the engine (`decode_reply` makes one of a
 reply's bytes). The transports:
 
-* `ray_calls.RayCallTransport`: a Ray actor call per operation (any node);
-  `ray_calls.ActorTransport` the same for a plain env actor of the user's (one env).
+* `ray_calls.RayCallTransport`: a Ray actor call per operation (any node), carrying the TCP
+  stream's bytes and rows; `ray_calls.ActorTransport` a call of a plain env actor of the
+  user's own methods (one env).
 * `channel.ChannelTransport`: framed messages on the worker's channel, served on its env
   thread, with the batch's rows where it has them (`Rows`). It is made over same-node
   named pipes (`pipes.pipe_transport`); over those pipes with the batch (actions, observations,
@@ -49,8 +50,10 @@ __all__ = [
     "decode_reply",
     "outcome_of_code",
     "outcome_of_infos",
+    "outcome_of_reply",
     "remaining",
     "timeout_ms",
+    "use_rows",
 ]
 
 
@@ -140,10 +143,10 @@ class Transport(Protocol):
 
 
 class Rows(Protocol):
-    """How a hot `channel.ChannelTransport`'s steps travel in the batch's layout.
+    """How a transport's steps travel in the batch's layout (a `channel.ChannelTransport`'s).
 
     In memory shared with the worker (`shared_memory.SharedRows`), or as raw bytes after the
-    messages (`tcp.StreamRows`).
+    messages (`tcp.StreamRows`: over the TCP stream, or in Ray calls).
     """
 
     #: The worker reads the actions in memory it shares with the driver: they may be written
@@ -219,6 +222,39 @@ def outcome_of_code(code: int) -> Outcome:
 def outcome_of_infos(answer: tuple[dict[int, Any], bool]) -> Outcome:
     """The outcome of a worker's `status.answer_infos`: its info dicts and old gym's API."""
     return Outcome(True, reply_of_infos(*answer))
+
+
+def use_rows(transport: Transport, rows: Rows | None, deadline: float | None) -> bool:
+    """Have `transport`'s worker use `rows` (their handshake, waited for until `deadline`).
+
+    Whether it does (False: the rows ask nothing of it).
+
+    Raises:
+        TimeoutError: If the worker does not answer in time.
+        RemoteFailure: If it cannot use them (it cannot map the memory, say).
+    """
+    handshake = None if rows is None else rows.handshake()
+    if handshake is None:
+        return False
+    transport.submit(handshake)
+    transport.waiter.wait([handshake], deadline, 1)
+    if handshake.outcome is None:
+        transport.forget(handshake)
+        raise TimeoutError("the worker did not take its rows in time")
+    if not handshake.outcome.ok:
+        raise handshake.outcome.error or RuntimeError("the worker could not take its rows")
+    return True
+
+
+def outcome_of_reply(payload: bytes, rows: Rows | None) -> Outcome:
+    """The outcome of a reply's bytes, the rows after them copied into the batch first."""
+    if rows is not None:
+        try:
+            rows.take(payload)
+        except Exception as err:  # (not from this library's worker)
+            cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
+            return Outcome(False, error=cause)
+    return decode_reply(payload)
 
 
 def decode_reply(payload: bytes) -> Outcome:

@@ -32,9 +32,10 @@ from ray_multiprocess_env._engine.transports.base import (
     Outcome,
     Rows,
     Ticket,
-    decode_reply,
     outcome_of_code,
     outcome_of_infos,
+    outcome_of_reply,
+    use_rows,
 )
 from ray_multiprocess_env._engine.transports.waiting import CHANNELS
 from ray_multiprocess_env._protocol.pipes import Inbox, Outbox, dumps, infos_answer
@@ -46,7 +47,6 @@ from ray_multiprocess_env._protocol.status import (
     code_of,
     is_record,
 )
-from ray_multiprocess_env.errors import RemoteFailure
 
 __all__ = [
     "INFOS",
@@ -54,6 +54,7 @@ __all__ = [
     "OTHER",
     "ChannelTransport",
     "Link",
+    "encode_message",
 ]
 
 #: What `ChannelTransport.read_lane` returns when no whole reply is in yet.
@@ -63,6 +64,22 @@ OTHER = -1
 #: What it returns for a record with an info dict per env after it (`status.answer_infos`):
 #: the dicts and old gym's API are in the transport's `infos`.
 INFOS = -3
+
+
+def encode_message(op: str, args: Any, rows: Rows | None, in_rows: bool) -> bytes:
+    """The message of operation `op` with `args` to a worker whose replies carry `rows`.
+
+    A step's actions (``args[0]``, at the positions ``args[1]``) go into the rows where they
+    fit their layout, if `in_rows` (the worker uses them): a doorbell then, and what the rows
+    need after it. Anything else is pickled (serialization errors are raised here).
+    """
+    if in_rows:
+        actions, positions = args
+        if rows.place(actions, positions):  # type: ignore[union-attr]  # (`in_rows`: rows)
+            head = DOORBELL if positions is None else dumps((op, (None, positions)))
+            return rows.message(head, positions)  # type: ignore[union-attr]
+    data = dumps((op, args))
+    return data if rows is None else rows.plain(data)
 
 
 class Link(NamedTuple):
@@ -114,25 +131,10 @@ class ChannelTransport:
         self.infos: tuple[dict[int, Any], bool] | None = None
 
     def use_rows(self, deadline: float | None) -> None:
-        """Have the worker use its rows (waited for until `deadline`); closed if it fails.
-
-        Raises:
-            TimeoutError: If the worker does not answer in time.
-            RemoteFailure: If it cannot use them (it cannot map the memory, say).
-        """
+        """Have the worker use its rows (`base.use_rows`); the channel is closed if it fails."""
         try:
-            rows = self._rows
-            handshake = None if rows is None else rows.handshake()
-            if rows is None or handshake is None:
-                return
-            self.submit(handshake)
-            self.waiter.wait([handshake], deadline, 1)
-            if handshake.outcome is None:
-                self.forget(handshake)
-                raise TimeoutError("the worker did not take its rows in time")
-            if not handshake.outcome.ok:
-                raise handshake.outcome.error or RuntimeError("the worker could not take its rows")
-            self._leaf, self._actions_shared = rows.leaf, True
+            if use_rows(self, self._rows, deadline):
+                self._leaf, self._actions_shared = self._rows.leaf, True  # type: ignore[union-attr]
         except BaseException:  # half made: its channel closed, so the worker's serving ends
             self.close()
             raise
@@ -158,28 +160,17 @@ class ChannelTransport:
     def encode(self, ticket: Ticket) -> bytes:
         """`ticket`'s operation as bytes (done before anything is sent, so errors come first).
 
-        A step's actions that fit the rows' layout go into the rows (a doorbell, and what the
-        rows need after it); in shared rows only while the worker has answered every message
-        sent (one still unread may read the rows).
+        A step's actions go into the rows while the worker uses them (`encode_message`), in
+        shared rows only while it has answered every message sent (one still unread may read
+        the rows).
         """
         rows = self._rows
-        if (
-            ticket.shared_args
-            and rows is not None
-            and self._actions_shared
-            and (self.idle or not rows.shared)
-        ):
-            actions, positions = ticket.args
-            if rows.place(actions, positions):
-                head = DOORBELL if positions is None else dumps((ticket.op, (None, positions)))
-                return rows.message(head, positions)
-        return self.encode_op(ticket.op, ticket.args)
+        in_rows = self._actions_shared and (self.idle or not rows.shared)  # type: ignore[union-attr]
+        return encode_message(ticket.op, ticket.args, rows, ticket.shared_args and in_rows)
 
     def encode_op(self, op: str, args: Any) -> bytes:
         """The message of `op` with `args`, pickled (serialization errors are raised here)."""
-        data = dumps((op, args))
-        rows = self._rows
-        return data if rows is None else rows.plain(data)
+        return encode_message(op, args, self._rows, False)
 
     def submit(self, ticket: Ticket, data: Any = None) -> None:
         """Queue `ticket`'s operation and write as much of it as the channel takes now."""
@@ -389,19 +380,12 @@ class ChannelTransport:
         Rows after it are copied into the batch first, for a ticket given up on too: a worker
         on shared memory would have written them there.
         """
-        rows = self._rows
-        if rows is not None:
-            try:
-                rows.take(payload)
-            except Exception as err:  # (not from this library's worker; the others settle)
-                ticket = self._waiting.pop(seq, None)
-                if ticket is not None:
-                    cause = RemoteFailure(err, f"the worker's rows did not fit the batch: {err}")
-                    ticket.outcome = Outcome(False, error=cause)
-                return
         ticket = self._waiting.pop(seq, None)
-        if ticket is not None:  # else a reply to a ticket given up on
-            ticket.outcome = decode_reply(payload)
+        if ticket is not None:
+            ticket.outcome = outcome_of_reply(payload, self._rows)
+        elif self._rows is not None:  # (a reply to a ticket given up on: its rows only)
+            with contextlib.suppress(Exception):
+                self._rows.take(payload)
 
     def forget(self, ticket: Ticket) -> None:
         """Drop interest in `ticket`; its reply is skipped when it comes."""
