@@ -175,7 +175,7 @@ def _tables(
             "",
             f"### {name}, {WORKERS} workers x {k}" + (f", `recv({k})`" if first_ready else ""),
             "",
-            '| | `transport="ray"` (Ray calls) | `"pipe"` (pipes only) '
+            '| | `transport="ray"` (Ray calls) | `"pipe"` (pipes, rows after the messages) '
             '| `"auto"` (pipes and shared memory) |',
             "|---|---:|---:|---:|",
             *_table(by_transport, env_work[name] * 1e6, k, first_ready),

@@ -52,7 +52,8 @@ class WorkerOptions(TypedDict, total=False):
             share the batch with it in memory and get a few bytes on a named pipe per call,
             served on the envs' own thread; workers on other nodes are served the same way
             over an authenticated TCP connection, the rows as raw bytes), ``"pipe"`` (pipes that
-            carry everything, no shared memory; Ray calls off the driver's node), ``"tcp"``
+            carry everything, the rows as raw bytes as over TCP, no shared memory; Ray calls
+            off the driver's node), ``"tcp"``
             (the TCP stream for every worker, the driver's node too) or ``"ray"`` (Ray calls
             only). A worker that cannot be reached over TCP (a firewall) uses Ray calls, with
             one warning. None (default) reads the ``RAY_MULTIPROCESS_ENV_TRANSPORT``

@@ -66,7 +66,7 @@ class Options:
         timeout: Seconds any one call may take, or None (wait as long as the envs take).
         on_actor_failure: ``"raise"`` or ``"restart"``.
         transport: ``"auto"`` (pipes and shared memory to workers on the driver's node, a
-            TCP stream to the others), ``"pipe"`` (pipes only: everything serialized),
+            TCP stream to the others), ``"pipe"`` (pipes only, no shared memory),
             ``"tcp"`` (the TCP stream everywhere) or ``"ray"`` (Ray calls only).
         autoreset_mode: gymnasium's autoreset mode of the batched ``step``.
         check_actions: Whether actions are checked against the action space on the driver.

@@ -208,10 +208,13 @@ class RayLauncher:
                         raise
                     logger.warning("Envs %s: no shared memory (%s).", list(worker.envs), str(err))
                     self._stop_serving(worker)
+            rows = None if shared is None else StreamRows(shared, span)
             try:
-                pipe = pipe_transport(worker.actor, deadline, grace, spin)
+                pipe = pipe_transport(worker.actor, deadline, grace, spin, rows, columns)
                 worker.transport, self._serving[worker.index] = pipe, pipe.serve_ref
             except (OSError, RuntimeError, TimeoutError, RayError) as err:
+                if rows is not None:
+                    rows.close()
                 if strict and isinstance(err, TimeoutError):
                     raise
                 logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), str(err))

@@ -137,16 +137,25 @@ class EnvWorker:
         method: Callable[..., Any] = getattr(self, f"_op_{op}")
         return method(*_writable(args))
 
-    def serve(self, go: str, done: str, spin_us: int = 0) -> None:
+    def serve(self, go: str, done: str, spin_us: int = 0, rows: bool = False) -> None:
         """Serve operations from the named pipe `go`, replies to `done`, until the driver leaves.
 
         Holds the main thread, so the envs stay on the thread that built them; every
         operation must then come over the pipe (Ray calls would wait behind this one).
         `spin_us`: how long, at least, to poll for the next message before sleeping
-        (`serve_loop.serve_fds`).
+        (`serve_loop.serve_fds`); `rows`: the messages are the TCP stream's, rows after them
+        (else the shared memory's, or everything pickled).
         """
+        if rows:
+            respond = self._stream_respond()
+        else:
+            handle, indices = _plain_handle(self), self.env_indices
+
+            def respond(seq: int, payload: bytes) -> list[pipes.Buffer]:
+                return [pipes.answer(handle, indices, seq, payload)]
+
         try:
-            serve_loop.serve(_plain_handle(self), self.env_indices, go, done, spin_us)
+            serve_loop.serve(go, done, respond, spin_us)
         finally:
             self._unshare()  # Ray calls answer with arrays again
 

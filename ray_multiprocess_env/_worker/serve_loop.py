@@ -22,9 +22,8 @@ import os
 import select
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from ray_multiprocess_env._protocol.pipes import HEADER, Buffer, answer
+from ray_multiprocess_env._protocol.pipes import HEADER, Buffer
 
 __all__ = ["POLL_MOST_NS", "POLL_STRETCH", "serve", "serve_fds", "write_all"]
 
@@ -35,13 +34,12 @@ POLL_MOST_NS = 100_000_000
 
 
 def serve(
-    handle: Callable[[str, tuple[Any, ...]], Any],
-    env_indices: list[int],
     go: str,
     done: str,
+    respond: Callable[[int, bytes], Sequence[Buffer]],
     spin_us: int = 0,
 ) -> None:
-    """Run the operations read from the named pipe `go` with `handle`, replies to `done`.
+    """Answer the messages read from the named pipe `go` with `respond`'s, on `done`.
 
     Returns when the driver closes its end (or dies). Call it on the thread that built the
     envs: it holds that thread for as long as the pipes are open. `spin_us`: see `serve_fds`.
@@ -49,7 +47,7 @@ def serve(
     done_fd = os.open(done, os.O_WRONLY)  # the driver holds the read end open already
     go_fd = os.open(go, os.O_RDONLY)  # returns once the driver opens its write end
     try:
-        serve_fds(go_fd, done_fd, lambda s, p: [answer(handle, env_indices, s, p)], spin_us)
+        serve_fds(go_fd, done_fd, respond, spin_us)
     finally:
         os.close(go_fd)
         os.close(done_fd)

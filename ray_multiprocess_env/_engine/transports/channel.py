@@ -130,11 +130,16 @@ class ChannelTransport:
         #: The info dicts and API of the last answer `read_lane` read as `INFOS`.
         self.infos: tuple[dict[int, Any], bool] | None = None
 
-    def use_rows(self, deadline: float | None) -> None:
-        """Have the worker use its rows (`base.use_rows`); the channel is closed if it fails."""
+    def use_rows(self, deadline: float | None, columns: Sequence[dict[str, Any]] = ()) -> None:
+        """Have the worker use its rows (`base.use_rows`), and write these info `columns`.
+
+        The channel is closed if that fails.
+        """
         try:
             if use_rows(self, self._rows, deadline):
                 self._leaf, self._actions_shared = self._rows.leaf, True  # type: ignore[union-attr]
+            if columns:
+                self.share_infos(columns)
         except BaseException:  # half made: its channel closed, so the worker's serving ends
             self.close()
             raise

@@ -24,10 +24,12 @@ import select
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import ray
 
+from ray_multiprocess_env._engine.transports.base import Rows
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport, Link
 from ray_multiprocess_env._protocol.pipes import PIPE_SIZE
 
@@ -43,20 +45,35 @@ def pipes_supported() -> bool:
 
 
 def pipe_transport(
-    actor: Any, deadline: float | None, grace: float, spin_us: int = 0
+    actor: Any,
+    deadline: float | None,
+    grace: float,
+    spin_us: int = 0,
+    rows: Rows | None = None,
+    columns: Sequence[dict[str, Any]] = (),
 ) -> ChannelTransport:
     """The transport of a worker (`actor`) on this node over pipes alone (see `open_pipes`).
 
-    `grace`: seconds to wait for Ray's word on a worker whose pipe closed.
+    `rows`: the worker's rows of the batch, sent after the messages as over the TCP stream
+    (`tcp.StreamRows`), with the info `columns` made so far; None (spaces with no layout):
+    everything is pickled. `grace`: seconds to wait for Ray's word on a worker whose pipe
+    closed.
+
+    Raises:
+        TimeoutError: If the worker does not open its pipes, or take its rows, by `deadline`.
     """
-    return ChannelTransport("pipe", open_pipes(actor, deadline, spin_us), grace, spin_us)
+    link = open_pipes(actor, deadline, spin_us, rows is not None)
+    transport = ChannelTransport("pipe", link, grace, spin_us, rows)
+    transport.use_rows(deadline, columns)
+    return transport
 
 
-def open_pipes(actor: Any, deadline: float | None, spin_us: int) -> Link:
+def open_pipes(actor: Any, deadline: float | None, spin_us: int, rows: bool = False) -> Link:
     """Start the worker's `serve` over new pipes: their "go" and "done" ends, and the call.
 
     Every later operation of that worker must come through them. `spin_us`: how long the
-    worker polls for its next message before it sleeps (`worker_spin`).
+    worker polls for its next message before it sleeps (`worker_spin`); `rows`: the messages
+    carry rows after them (`EnvWorker.serve`).
 
     Raises:
         TimeoutError: If the worker does not open its end before `deadline`.
@@ -69,7 +86,7 @@ def open_pipes(actor: Any, deadline: float | None, spin_us: int) -> Link:
         os.mkfifo(done, 0o600)
         done_fd = os.open(done, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            serve_ref = actor.serve.remote(go, done, spin_us)
+            serve_ref = actor.serve.remote(go, done, spin_us, rows)
             go_fd = _open_writer(go, serve_ref, deadline)
         except BaseException:
             _release(go)  # a `serve` waiting to open `go` returns, so Ray calls work again

@@ -24,7 +24,7 @@ from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env._engine.transports.pipes import open_pipes
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch, write_actions
 
-__all__ = ["SharedRows", "share_columns", "shared_memory_transport"]
+__all__ = ["SharedRows", "shared_memory_transport"]
 
 
 class SharedRows:
@@ -99,17 +99,5 @@ def shared_memory_transport(
     transport = ChannelTransport(
         "shared_memory", open_pipes(actor, deadline, spin_us), grace, spin_us, rows
     )
-    transport.use_rows(deadline)
-    share_columns(transport, columns)
+    transport.use_rows(deadline, columns)
     return transport
-
-
-def share_columns(transport: ChannelTransport, columns: Sequence[dict[str, Any]]) -> None:
-    """Have a new `transport`'s worker write these info columns too (closed if that fails)."""
-    if not columns:
-        return
-    try:
-        transport.share_infos(columns)
-    except BaseException:
-        transport.close()
-        raise

@@ -30,7 +30,7 @@ import ray
 
 from ray_multiprocess_env._engine.transports.base import Ticket, remaining
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport, Link
-from ray_multiprocess_env._engine.transports.shared_memory import SharedRows, share_columns
+from ray_multiprocess_env._engine.transports.shared_memory import SharedRows
 from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
 from ray_multiprocess_env._protocol.stream import (
     RowTarget,
@@ -188,8 +188,7 @@ def tcp_transport(
     rows = StreamRows(batch, span)
     link = open_stream(actor, deadline, ports, spin_us)
     transport = ChannelTransport("tcp", link, grace, spin_us, rows)
-    transport.use_rows(deadline)
-    share_columns(transport, columns)
+    transport.use_rows(deadline, columns)
     return transport
 
 
