@@ -30,8 +30,8 @@ from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
 from tests.helpers import assert_killed, transport_kinds, worker_pids
 from tests.interrupts import Gate
 
-LANE_TRANSPORTS = ["auto", "tcp"]
-_KINDS = {"auto": "shared_memory", "tcp": "tcp"}  # (each one's `transport_kinds`)
+LANE_TRANSPORTS = ["auto", "pipe", "tcp"]
+_KINDS = {"auto": "shared_memory", "pipe": "pipe", "tcp": "tcp"}  # (each one's `transport_kinds`)
 
 
 def _readable(envs, worker: int, within: float = 60.0) -> bool:

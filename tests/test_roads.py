@@ -3,11 +3,11 @@
 A seeded random mix of verbs (`step`, `step_async`/`step_wait`, `reset` with a mask and seeds,
 first-ready `send` of whole workers (the hot path) and of scattered envs (the slow path),
 `recv` of some and then the rest, `get_attr`) runs over each transport. Over ``"ray"`` every
-call takes the slow path; over ``"auto"`` and ``"tcp"`` the hot path takes what it can (whole
-workers, infos that fit their columns) and the slow path the rest; over ``"pipe"`` nothing is
-in shared memory. Each env's action depends only on how many it was given, so each env's own
-history (what every call handed back for it) must be the same whatever the transport and in
-whatever order `recv` returned the envs.
+call takes the slow path; over ``"auto"``, ``"tcp"`` and ``"pipe"`` the hot path takes what it
+can (whole workers, infos that fit their columns) and the slow path the rest; over ``"tcp"`` and
+``"pipe"`` the rows travel after the messages, not in shared memory. Each env's action depends
+only on how many it was given, so each env's own history (what every call handed back for it)
+must be the same whatever the transport and in whatever order `recv` returned the envs.
 
 The same mix with faults: some steps make one env raise (it is rebuilt), kill one worker (it
 is restarted within the call), or wait at a gate while a real SIGINT lands inside the call
