@@ -21,8 +21,8 @@ from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvErro
 from ray_multiprocess_env._engine.transports.base import Outcome
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import FlakyEnv, bounded_flaky_env
-from tests.envs_faults import DyingEnv
-from tests.helpers import memory_files
+from tests.envs_faults import DyingEnv, FaultyShiftingEnv
+from tests.helpers import memory_files, transport_kinds
 
 TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 
@@ -189,24 +189,34 @@ class _RefusedShare:
                 ticket.outcome = Outcome(False, error=RuntimeError("cannot map (simulated)"))
 
 
-def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch):
+@pytest.mark.parametrize("dies", [0, 1])
+def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch, dies):
     """Its half-made transport is closed, so the pipes alone start at once, within the call.
 
-    `close` then releases the memory, even while a log handler keeps the warning's record
-    (pytest's does for the test's length): the record holds the error's text, not the error.
+    The replacement mapped the memory before the driver gave up on it: over the pipes its
+    rows and info columns are its own again, of its envs' rows only (env 1's worker: rows 1..1
+    of the batch, row 0 of its own). `close` then releases the memory, even while a log
+    handler keeps the warning's record (pytest's does for the test's length): the record holds
+    the error's text, not the error.
     """
     gc.collect()
     before = set(memory_files())
     envs = GymnasiumVectorEnv(
-        [DyingEnv] * 2, envs_per_worker=1, on_actor_failure="restart", timeout=5
+        [FaultyShiftingEnv] * 2, envs_per_worker=1, on_actor_failure="restart", timeout=5
     )
     try:
         envs.reset(seed=0)
-        envs.set_attr("taken", [1, -100])  # env 0's worker dies at its next step
+        envs.step(np.array([0, 0]))  # (its numeric infos get columns)
         monkeypatch.setattr(ChannelTransport, "waiter", _RefusedShare(ChannelTransport.waiter))
-        _, _, _, truncated, _ = envs.step(np.array([1, 1]))
-        assert truncated.tolist() == [True, False]
-        assert envs.step(np.array([1, 1]))[3].tolist() == [False, False]
+        actions = np.array([0, 0])
+        actions[dies] = 3  # its worker dies
+        _, _, _, truncated, _ = envs.step(actions)
+        assert truncated.tolist() == [dies == 0, dies == 1]
+        assert transport_kinds(envs)[dies] == "pipe"
+        for _ in range(8):  # (its envs' info columns, "x" each step, in their rows)
+            _, _, _, truncated, infos = envs.step(np.array([0, 0]))
+            assert truncated.tolist() == [False, False]
+            assert np.isfinite(infos["x"][infos["_x"]]).all()
     finally:
         envs.close()
     assert set(memory_files()) == before

@@ -83,7 +83,8 @@ def test_ray_calls_carry_the_streams_bytes_a_record_then_the_rows():
     """Over Ray calls a step is the TCP stream's bytes: nothing of it is pickled.
 
     Its actions go as raw rows after a doorbell; the worker answers with its record, then the
-    rows it wrote, which land in the driver's batch: those of envs stepped in-process.
+    rows it wrote, which land in the driver's batch: those of envs stepped in-process. Once the
+    transport is closed, a reply read is lost with the worker, as over a closed channel.
     """
     envs = [_cartpole(), _cartpole()]
     batch = SharedBatch.create(envs[0].observation_space, envs[0].action_space, 2, share=False)
@@ -112,6 +113,12 @@ def test_ray_calls_carry_the_streams_bytes_a_record_then_the_rows():
             results = [env.step(a)[:4] for env, a in zip(envs, actions, strict=True)]
             for got, want in zip(views[1:5], zip(*results, strict=True), strict=True):
                 np.testing.assert_array_equal(got, want)
+        ticket = Ticket(0, 0, "step", (np.array([0, 1]), None), (0, 1), shared_args=True)
+        calls.submit(ticket)
+        ray.wait([ticket.handle], timeout=60)
+        calls.close()  # (its worker was lost, say): a reply read now is lost with it
+        calls.waiter.wait([ticket], time.monotonic() + 60, 1)
+        assert ticket.outcome.died
     finally:
         calls.close()
         ray.kill(actor)

@@ -110,7 +110,7 @@ class Engine(StepVerbs):
             pool.launcher.open(pool.workers, pool.shared, [], deadline)
             if self._store is not None and self._store.memory is not None:
                 # numeric infos get columns (memory files) if a worker writes its rows in the
-                # batch's layout: shared memory, or the TCP stream
+                # batch's layout on a channel: shared memory, or rows after the messages
                 hot = any(w.transport.hot for w in pool.workers)
                 self._store.use_columns = hot and shared_memory_supported()
                 if hot:

@@ -212,9 +212,7 @@ class RayLauncher:
             try:
                 pipe = pipe_transport(worker.actor, deadline, grace, spin, rows, columns)
                 worker.transport, self._serving[worker.index] = pipe, pipe.serve_ref
-            except (OSError, RuntimeError, TimeoutError, RayError) as err:
-                if rows is not None:
-                    rows.close()
+            except Exception as err:  # (its rows and pipes closed: Ray calls work again)
                 if strict and isinstance(err, TimeoutError):
                     raise
                 logger.warning("Envs %s use Ray calls: no pipes (%s).", list(worker.envs), str(err))

@@ -2,9 +2,9 @@
 
 One call to a worker costs far more than a cheap env step, so a worker steps its K envs per call
 and answers with complete rows: it writes each env's observation, reward and flags into its rows
-of the batch (the vector env's shared memory when the driver is on the same node, else arrays of
-its own that travel in the reply) and batches its envs' infos itself (`InfoBatcher`, gymnasium's
-layout, numeric keys in shared memory columns), so the driver joins nothing env by env. Seeds,
+of the batch (the vector env's shared memory when the driver is on the same node, else rows of
+its own sent as raw bytes after its reply) and batches its envs' infos itself (`InfoBatcher`,
+gymnasium's layout, numeric keys in columns), so the driver joins nothing env by env. Seeds,
 autoreset (gymnasium's three modes) and per-env exception capture happen here too, so an
 autoreset costs no extra round trip and a failure still names the global env index.
 

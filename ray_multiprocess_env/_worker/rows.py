@@ -141,7 +141,7 @@ class WorkerRows:
         _copy_rows(views, self._private.views(0, self._count))  # (by key: a restart's resets)
         self._private, self._shared_actions = batch, action_space
         self._use(views)
-        self.shared = views
+        self.shared, self._span = views, (0, self._count)  # (its own rows: from 0)
         self._action_targets = [RowTarget(leaf) for leaf in views.action_leaves]
         self._mirrored, self._written = True, _NOTHING
 
@@ -183,7 +183,7 @@ class WorkerRows:
             mine = self._private.views(0, self._count)
             _copy_rows(mine, self.shared)
             self._use(mine)
-        self.shared, self._blocks, self.columns = None, {}, []
+        self.shared, self._blocks, self.columns, self._span = None, {}, [], (0, self._count)
         self._mirrored, self._written, self._action_targets = False, _NOTHING, []
 
     def _use(self, views: BatchViews) -> None:

@@ -7,7 +7,8 @@ actor's main thread (the env thread), runs it and writes the reply to the "done"
 driver's end is a `channel.ChannelTransport`). Both sides block in the kernel (``poll``), so a
 slow env leaves the cores to the others; a worker with a core of its own polls for its next
 message a while first (`worker_spin`). `pipe_transport` is a worker's transport over pipes alone
-(everything pickled); `shared_memory.shared_memory_transport` adds the batch's rows.
+(its rows as raw bytes after the messages, as over the TCP stream);
+`shared_memory.shared_memory_transport` puts the batch's rows in memory shared with it.
 
 The pipes are made in a private directory (mode 0700, in ``/dev/shm`` where it exists) and
 unlinked as soon as both ends are open; the directory's name carries the driver's pid, so one
@@ -61,8 +62,14 @@ def pipe_transport(
 
     Raises:
         TimeoutError: If the worker does not open its pipes, or take its rows, by `deadline`.
+        RemoteFailure: If it cannot keep its rows (the rows and pipes are closed then).
     """
-    link = open_pipes(actor, deadline, spin_us, rows is not None)
+    try:
+        link = open_pipes(actor, deadline, spin_us, rows is not None)
+    except BaseException:
+        if rows is not None:
+            rows.close()
+        raise
     transport = ChannelTransport("pipe", link, grace, spin_us, rows)
     transport.use_rows(deadline, columns)
     return transport

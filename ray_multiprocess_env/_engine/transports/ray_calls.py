@@ -79,6 +79,7 @@ class RayCallTransport:
         self.actor = actor
         self._rows = StreamRows(None, (0, 0)) if rows is None else rows
         self._in_rows = False  # the worker uses the rows: actions and results go in them
+        self._lost: Outcome | None = None  # every reply's outcome once closed
 
     def use_rows(self, deadline: float | None) -> None:
         """Have the worker keep its rows in the batch's layout (`base.use_rows`).
@@ -101,8 +102,12 @@ class RayCallTransport:
         ticket.handle = self.actor.message.remote(data)
 
     def outcome(self, ticket: Ticket, value: Any) -> Outcome:
-        """The outcome of the reply `value` (bytes), its rows copied into the batch first."""
-        return base.outcome_of_reply(value, self._rows)
+        """The outcome of the reply `value` (bytes), its rows copied into the batch first.
+
+        Once closed, lost with the worker, as a closed channel's tickets are (a restart sends
+        them to the new one): the rows have nowhere to go.
+        """
+        return self._lost or base.outcome_of_reply(value, self._rows)
 
     def forget(self, ticket: Ticket) -> None:
         """Nothing to do: an unread result is dropped by Ray."""
@@ -111,8 +116,9 @@ class RayCallTransport:
         """Nothing: infos travel in the replies."""
 
     def close(self) -> None:
-        """Let go of the rows; Ray owns the connection."""
-        self._in_rows = False
+        """Let go of the rows (replies read later settle as lost); Ray owns the connection."""
+        cause = RuntimeError("the worker's Ray calls were closed")
+        self._lost, self._in_rows = Outcome(False, error=cause, died=True), False
         self._rows.close()
 
 

@@ -186,7 +186,11 @@ def tcp_transport(
         TimeoutError: If the worker does not say where it listens by `deadline`.
     """
     rows = StreamRows(batch, span)
-    link = open_stream(actor, deadline, ports, spin_us)
+    try:
+        link = open_stream(actor, deadline, ports, spin_us)
+    except BaseException:
+        rows.close()
+        raise
     transport = ChannelTransport("tcp", link, grace, spin_us, rows)
     transport.use_rows(deadline, columns)
     return transport
