@@ -96,11 +96,6 @@ class BatchStore:
         """The batch's arrays, shared or private (None if the spaces have no fixed layout)."""
         return self._memory
 
-    @property
-    def column_specs(self) -> list[dict[str, Any]]:
-        """What a worker needs to map the info columns."""
-        return [block.spec for block in self._blocks]
-
     def check_ready(self, mask: np.ndarray) -> None:
         """A `ValueError` unless every env `mask` leaves out was reset once."""
         never = np.flatnonzero(~self.ready & ~mask)

@@ -74,11 +74,6 @@ class WorkerRows:
         else:
             self._obs_list = [None] * count
 
-    @property
-    def has_layout(self) -> bool:
-        """Whether the observations are arrays of a fixed layout (else a list)."""
-        return self._obs_list is None
-
     def write_obs(self, k: int, obs: Any) -> None:
         """Env `k`'s observation."""
         if self._obs_list is not None:
