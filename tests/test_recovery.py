@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import select
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -222,6 +222,12 @@ def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch
     assert set(memory_files()) == before
 
 
+def _wait_for_answer(envs, worker: int) -> None:
+    """Wait until an answer of `worker` waits on its channel (60 s at most)."""
+    fd = envs._engine._pool.workers[worker].transport.fileno()  # (private engine)
+    assert select.select([fd], [], [], 60)[0], f"worker {worker} did not answer in 60 s"
+
+
 @pytest.mark.parametrize("transport", ["auto", "pipe"])
 def test_a_restart_keeps_the_answer_of_its_workers_other_env(transport):
     """Env 0 answered, then env 1's step killed their worker: `recv` restarts it.
@@ -238,7 +244,7 @@ def test_a_restart_keeps_the_answer_of_its_workers_other_env(transport):
         envs.send(np.array([1]), [0])
         *_, infos = envs.recv()  # (so env 0's next answer is in before the death)
         envs.send(np.array([2]), [0])
-        time.sleep(0.5)
+        _wait_for_answer(envs, 0)  # (env 0's answer is in before env 1's step kills the worker)
         envs.send(np.array([1]), [1])
         obs, rewards, _, truncated, infos = envs.recv(timeout=60)
         assert infos["env_id"].tolist() == [0, 1]

@@ -194,7 +194,10 @@ class EnvWorker:
             self._unshare()
 
     def _stream_respond(self) -> Callable[[int, bytes], list[pipes.Buffer]]:
-        """How `serve_stream` answers a message: the frame's header, then `_answer`'s parts."""
+        """How a channel of the stream's messages answers one: a header, `_answer`'s parts.
+
+        `serve_stream`'s, and `serve`'s with `rows` (pipes alone).
+        """
         answer = self._answer
 
         def respond(seq: int, payload: bytes) -> list[pipes.Buffer]:
