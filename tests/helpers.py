@@ -10,6 +10,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -50,6 +51,12 @@ def worker_pids(envs):
 def transport_kinds(envs):
     """Each worker's transport: ``"shared_memory"``, ``"pipe"`` or ``"ray"`` (private engine)."""
     return [worker.transport.kind for worker in envs._engine._pool.workers]
+
+
+def answer_waits(envs, worker: int, within: float = 60.0) -> bool:
+    """Whether worker `worker`'s answer is waiting in its pipe (or socket) within `within` s."""
+    transport = envs._engine._pool.workers[worker].transport  # (private engine)
+    return bool(select.select([transport.fileno()], [], [], within)[0])
 
 
 def env_slices(envs):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import socket
 import threading
@@ -27,17 +26,11 @@ from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVecto
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
-from tests.helpers import assert_killed, transport_kinds, worker_pids
+from tests.helpers import answer_waits, assert_killed, transport_kinds, worker_pids
 from tests.interrupts import Gate
 
 LANE_TRANSPORTS = ["auto", "pipe", "tcp"]
 _KINDS = {"auto": "shared_memory", "pipe": "pipe", "tcp": "tcp"}  # (each one's `transport_kinds`)
-
-
-def _readable(envs, worker: int, within: float = 60.0) -> bool:
-    """Whether worker `worker`'s answer is waiting in its pipe (or socket) within `within` s."""
-    transport = envs._engine._pool.workers[worker].transport  # (private)
-    return bool(select.select([transport.fileno()], [], [], within)[0])
 
 
 @pytest.fixture
@@ -67,7 +60,7 @@ def test_a_worker_that_answered_and_then_died_leaves_the_step_its_results(transp
         envs.set_attr("gate", [None, None, str(gate), str(gate)])
         envs.step_async(np.ones(4, dtype=np.int64))
         gate.wait_entered()  # worker 1 is inside its step
-        assert _readable(envs, 0)  # worker 0 answered
+        assert answer_waits(envs, 0)  # worker 0 answered
         os.kill(pid, signal.SIGKILL)
         assert_killed(envs.remote_envs[0])
         gate.open()
@@ -86,7 +79,7 @@ def test_a_verb_that_reads_the_pipes_while_a_step_is_pending_leaves_it_its_repli
         envs.set_attr("gate", [None, None, str(gate), str(gate)])
         envs.step_async(np.ones(4, dtype=np.int64))
         gate.wait_entered()
-        assert _readable(envs, 0)  # worker 0's answer waits in its pipe
+        assert answer_waits(envs, 0)  # worker 0's answer waits in its pipe
         gate.open()
         pids = worker_pids(envs)  # reads both pipes: the answers behind it too
         assert len(pids) == 2
@@ -110,8 +103,8 @@ def test_a_verb_that_reads_the_pipes_while_sends_are_out_leaves_them_their_repli
         envs.reset()
         envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
         assert len(envs._engine._state.sent) == 2  # (private) on the lanes: no tickets
-        assert _readable(envs, 0)  # both answers wait in the pipes
-        assert _readable(envs, 1)
+        assert answer_waits(envs, 0)  # both answers wait in the pipes
+        assert answer_waits(envs, 1)
         if verb == "run_on_workers":
             assert len(worker_pids(envs)) == 2
         else:
@@ -240,7 +233,7 @@ def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(
             if not first_guard:
                 patch.setattr(ChannelTransport, "can_post", lambda self: not self.broken)
             gate.open()  # the late resets finish in their worker (and the next pass the gate)
-            assert _readable(envs, 1)  # (seed 1's answer waits in its pipe)
+            assert answer_waits(envs, 1)  # (seed 1's answer waits in its pipe)
             obs = envs.reset(seed=3)[0]
         assert roads[seen:] == ([] if first_guard else [("reset", False)])  # (met: slow path)
         expected = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]

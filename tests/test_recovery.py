@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-import select
 import signal
 import threading
 
@@ -22,7 +21,7 @@ from ray_multiprocess_env._engine.transports.base import Outcome
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import FlakyEnv, bounded_flaky_env
 from tests.envs_faults import DyingEnv, FaultyShiftingEnv
-from tests.helpers import memory_files, transport_kinds
+from tests.helpers import answer_waits, memory_files, transport_kinds
 
 TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 
@@ -222,12 +221,6 @@ def test_a_replacement_that_cannot_map_the_memory_goes_on_over_pipes(monkeypatch
     assert set(memory_files()) == before
 
 
-def _wait_for_answer(envs, worker: int) -> None:
-    """Wait until an answer of `worker` waits on its channel (60 s at most)."""
-    fd = envs._engine._pool.workers[worker].transport.fileno()  # (private engine)
-    assert select.select([fd], [], [], 60)[0], f"worker {worker} did not answer in 60 s"
-
-
 @pytest.mark.parametrize("transport", ["auto", "pipe"])
 def test_a_restart_keeps_the_answer_of_its_workers_other_env(transport):
     """Env 0 answered, then env 1's step killed their worker: `recv` restarts it.
@@ -244,7 +237,7 @@ def test_a_restart_keeps_the_answer_of_its_workers_other_env(transport):
         envs.send(np.array([1]), [0])
         *_, infos = envs.recv()  # (so env 0's next answer is in before the death)
         envs.send(np.array([2]), [0])
-        _wait_for_answer(envs, 0)  # (env 0's answer is in before env 1's step kills the worker)
+        assert answer_waits(envs, 0)  # (env 0's answer is in before env 1's step kills it)
         envs.send(np.array([1]), [1])
         obs, rewards, _, truncated, infos = envs.recv(timeout=60)
         assert infos["env_id"].tolist() == [0, 1]
