@@ -89,7 +89,6 @@ class EnvWorker:
         max_restarts: int | None = None,
     ) -> None:
         self._thread = threading.get_ident()
-        self._plain: Callable[[str, tuple[Any, ...]], Any] | None = None  # (`_answer`'s)
         self.env_indices = list(env_indices)
         self.envs = []
         #: Why the envs could not be built (a factory raised), or None. Every call raises it:
@@ -125,6 +124,7 @@ class EnvWorker:
         )
         if restart_seeds is not None:
             self._batch.restarted(restart_seeds)
+        self._plain = _plain_handle(self)  # what the pipes' and the stream's messages run
         self._acceptor: stream.Acceptor | None = None  # `listen`'s, for `serve_stream`
 
     # -- the ways in: a Ray call (`handle`, or `message`), the pipes, the TCP stream -----------
@@ -149,7 +149,7 @@ class EnvWorker:
         if rows:
             respond = self._stream_respond()
         else:
-            handle, indices = _plain_handle(self), self.env_indices
+            handle, indices = self._plain, self.env_indices
 
             def respond(seq: int, payload: bytes) -> list[pipes.Buffer]:
                 return [pipes.answer(handle, indices, seq, payload)]
@@ -220,9 +220,7 @@ class EnvWorker:
 
     def _answer(self, payload: bytes) -> list[pipes.Buffer]:
         """A stream's message answered: actions in, the reply and the rows written out."""
-        rows, handle = self._rows, self._plain
-        if handle is None:
-            handle = self._plain = _plain_handle(self)
+        rows = self._rows
         tail = stream.split_tail(payload)
         try:
             if len(tail):
@@ -230,7 +228,7 @@ class EnvWorker:
         except Exception as err:  # (not from this library's driver)
             op, ok, value = "step", False, (pipes.error_value(err), repr(err))
         else:
-            op, ok, value = pipes.run(handle, payload)
+            op, ok, value = pipes.run(self._plain, payload)
         data = pipes.encode_result(ok, value, self.env_indices, op)
         rows_out = rows.written_tail()
         size = sum(len(part) for part in rows_out)

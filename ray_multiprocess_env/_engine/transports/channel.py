@@ -170,8 +170,9 @@ class ChannelTransport:
         the rows).
         """
         rows = self._rows
-        in_rows = self._actions_shared and (self.idle or not rows.shared)  # type: ignore[union-attr]
-        return encode_message(ticket.op, ticket.args, rows, ticket.shared_args and in_rows)
+        shared = rows is not None and rows.shared
+        in_rows = ticket.shared_args and self._actions_shared and (self.idle or not shared)
+        return encode_message(ticket.op, ticket.args, rows, in_rows)
 
     def encode_op(self, op: str, args: Any) -> bytes:
         """The message of `op` with `args`, pickled (serialization errors are raised here)."""
