@@ -32,7 +32,9 @@ from ray_multiprocess_env import (
 )
 from ray_multiprocess_env._engine.ray_launcher import _worker_class
 from ray_multiprocess_env._engine.transports.base import Ticket
+from ray_multiprocess_env._engine.transports.channel import ChannelTransport, Link
 from ray_multiprocess_env._engine.transports.ray_calls import RayCallTransport
+from ray_multiprocess_env._engine.transports.shared_memory import SharedRows
 from ray_multiprocess_env._engine.transports.tcp import StreamRows
 from ray_multiprocess_env._protocol.pipes import loads
 from ray_multiprocess_env._protocol.shared_layout import SharedBatch
@@ -122,6 +124,22 @@ def test_ray_calls_carry_the_streams_bytes_a_record_then_the_rows():
     finally:
         calls.close()
         ray.kill(actor)
+
+
+@pytest.mark.parametrize("kind", ["shared_memory", "tcp"])
+def test_a_channel_whose_link_cannot_be_made_lets_go_of_its_rows(kind):
+    """`ChannelTransport.open` opens every channel (pipes alone take the stream's rows too)."""
+    env = _cartpole()
+    batch = SharedBatch.create(env.observation_space, env.action_space, 2, share=False)
+    rows = SharedRows(batch, (0, 2)) if kind == "shared_memory" else StreamRows(batch, (0, 2))
+    assert rows.leaf is not None
+
+    def refused() -> Link:
+        raise OSError("no pipes (simulated)")
+
+    with pytest.raises(OSError, match="simulated"):
+        ChannelTransport.open(kind, refused, 0.0, 0, rows, None)
+    assert rows.leaf is None  # (its views of the batch let go)
 
 
 def test_a_bad_transport_is_named(monkeypatch):

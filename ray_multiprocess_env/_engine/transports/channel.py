@@ -102,8 +102,8 @@ class ChannelTransport:
     `kind` names it (``"pipe"``, ``"shared_memory"``, ``"tcp"``, ``"in_process"``); `grace`:
     seconds to wait for Ray's word on a worker whose channel ended; `spin_us`: how long the
     worker polls for its next message before it sleeps (`worker_spin`). A transport with rows
-    is hot (the lanes'), and has the worker use them with `use_rows` before anything else is
-    sent.
+    is hot (the lanes'); `open` makes one and has the worker use them before anything else
+    is sent.
     """
 
     waiter = CHANNELS
@@ -130,19 +130,39 @@ class ChannelTransport:
         #: The info dicts and API of the last answer `read_lane` read as `INFOS`.
         self.infos: tuple[dict[int, Any], bool] | None = None
 
-    def use_rows(self, deadline: float | None, columns: Sequence[dict[str, Any]] = ()) -> None:
-        """Have the worker use its rows (`base.use_rows`), and write these info `columns`.
+    @classmethod
+    def open(
+        cls,
+        kind: str,
+        open_link: Callable[[], Link],
+        grace: float,
+        spin_us: int,
+        rows: Rows | None,
+        deadline: float | None,
+        columns: Sequence[dict[str, Any]] = (),
+    ) -> ChannelTransport:
+        """The channel over the link `open_link` makes, its worker using `rows` (`base.use_rows`).
 
-        The channel is closed if that fails.
+        The worker writes the info `columns` made so far too. All or nothing: the rows are
+        closed if the link cannot be made, and the channel if the worker does not take its
+        rows or columns by `deadline` (its serving ends then).
         """
         try:
-            if use_rows(self, self._rows, deadline):
-                self._leaf, self._actions_shared = self._rows.leaf, True  # type: ignore[union-attr]
-            if columns:
-                self.share_infos(columns)
-        except BaseException:  # half made: its channel closed, so the worker's serving ends
-            self.close()
+            link = open_link()
+        except BaseException:
+            if rows is not None:
+                rows.close()
             raise
+        transport = cls(kind, link, grace, spin_us, rows)
+        try:
+            if rows is not None and use_rows(transport, rows, deadline):
+                transport._leaf, transport._actions_shared = rows.leaf, True
+            if columns:
+                transport.share_infos(columns)
+        except BaseException:  # half made: its channel closed, so the worker's serving ends
+            transport.close()
+            raise
+        return transport
 
     @property
     def idle(self) -> bool:

@@ -64,15 +64,15 @@ def pipe_transport(
         TimeoutError: If the worker does not open its pipes, or take its rows, by `deadline`.
         RemoteFailure: If it cannot keep its rows (the rows and pipes are closed then).
     """
-    try:
-        link = open_pipes(actor, deadline, spin_us, rows is not None)
-    except BaseException:
-        if rows is not None:
-            rows.close()
-        raise
-    transport = ChannelTransport("pipe", link, grace, spin_us, rows)
-    transport.use_rows(deadline, columns)
-    return transport
+    return ChannelTransport.open(
+        "pipe",
+        lambda: open_pipes(actor, deadline, spin_us, rows is not None),
+        grace,
+        spin_us,
+        rows,
+        deadline,
+        columns,
+    )
 
 
 def open_pipes(actor: Any, deadline: float | None, spin_us: int, rows: bool = False) -> Link:

@@ -96,8 +96,12 @@ def shared_memory_transport(
             carry its rows, as over pipes alone).
     """
     rows = SharedRows(batch, span)
-    transport = ChannelTransport(
-        "shared_memory", open_pipes(actor, deadline, spin_us), grace, spin_us, rows
+    return ChannelTransport.open(
+        "shared_memory",
+        lambda: open_pipes(actor, deadline, spin_us),
+        grace,
+        spin_us,
+        rows,
+        deadline,
+        columns,
     )
-    transport.use_rows(deadline, columns)
-    return transport

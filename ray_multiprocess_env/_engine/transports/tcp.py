@@ -186,14 +186,15 @@ def tcp_transport(
         TimeoutError: If the worker does not say where it listens by `deadline`.
     """
     rows = StreamRows(batch, span)
-    try:
-        link = open_stream(actor, deadline, ports, spin_us)
-    except BaseException:
-        rows.close()
-        raise
-    transport = ChannelTransport("tcp", link, grace, spin_us, rows)
-    transport.use_rows(deadline, columns)
-    return transport
+    return ChannelTransport.open(
+        "tcp",
+        lambda: open_stream(actor, deadline, ports, spin_us),
+        grace,
+        spin_us,
+        rows,
+        deadline,
+        columns,
+    )
 
 
 def open_stream(
