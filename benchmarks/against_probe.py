@@ -53,9 +53,8 @@ import ray
 
 from benchmarks import driver_floor, driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
-from benchmarks.report import start_ray_settled, write_section
+from benchmarks.report import start_ray_settled, worker_spin, write_section
 from ray_multiprocess_env import make_vector_env
-from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 from ray_multiprocess_env.bench_policies import make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,15 +192,8 @@ def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]
     out["ours first-ready"] = ours_first_ready(envs, 8, seconds)
     out["ours lockstep, MLP"] = ours_lockstep(envs, seconds, _mlp(envs))
     envs.close()
-    saved = os.environ.get(SPIN_VARIABLE)
-    os.environ[SPIN_VARIABLE] = "0"  # (the probe's workers never poll: ours not polling either)
-    try:
+    with worker_spin("0"):  # (the probe's workers never poll: ours not polling either)
         envs = make_vector_env(CHEETAH, 16, num_workers=2)
-    finally:
-        if saved is None:
-            del os.environ[SPIN_VARIABLE]
-        else:
-            os.environ[SPIN_VARIABLE] = saved
     out["ours first-ready, workers not polling"] = ours_first_ready(envs, 8, seconds)
     envs.close()
     sync = gym.vector.SyncVectorEnv([lambda: gym.make(CHEETAH)] * 16)

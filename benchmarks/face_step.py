@@ -29,16 +29,12 @@ polling (``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US=0``) is added.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import functools
 import json
-import os
 import platform
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +42,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 
-from benchmarks.report import write_section
-from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
+from benchmarks.report import child_result, cpu_times, idle_and_stolen, worker_spin, write_section
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 ENV_ID = "HalfCheetah-v5"
@@ -65,20 +60,6 @@ def action_batches(kind: str, shape: tuple[int, ...]) -> list[np.ndarray]:
         return [np.full(shape, 0.1, dtype=np.float32)]
     rng = np.random.default_rng(0)
     return [rng.uniform(-1.0, 1.0, shape).astype(np.float32) for _ in range(100)]
-
-
-def machine_times() -> tuple[int, int, int]:
-    """The machine's CPU time so far in clock ticks, every core: ``(all, idle, steal)``.
-
-    Example:
-        >>> total, idle, steal = machine_times()
-        >>> 0 <= idle <= total and 0 <= steal <= total
-        True
-    """
-    with open("/proc/stat") as stat:
-        fields = [int(f) for f in stat.readline().split()[1:]]
-    # user nice system idle iowait irq softirq steal [guest guest_nice: in user already]
-    return sum(fields[:8]), fields[3] + fields[4], fields[7]
 
 
 class SB3Policy:
@@ -123,7 +104,7 @@ def _measure(
     stepped = acting = cpu = 0.0
     for i in range(steps + 200):
         if i == 200:
-            before, machine = workers_cpu(), machine_times()
+            before, machine = workers_cpu(), cpu_times()
             stepped = acting = cpu = 0.0
         began = clock()
         action = actions[i % len(actions)] if act is None else act(observations)
@@ -131,37 +112,21 @@ def _measure(
         observations = envs.step(action)[0]
         cpu += cpu_clock() - cpu_began
         acting, stepped = acting + middle - began, stepped + clock() - middle
-    total, idle, steal = (now - then for now, then in zip(machine_times(), machine, strict=True))
+    idle, steal = idle_and_stolen(machine, cpu_times()) or (0.0, 0.0)
     return {
         "wall": stepped / steps * 1e6,
         "policy": acting / steps * 1e6,
         "driver": cpu / steps * 1e6,
         "workers": (workers_cpu() - before) / steps * 1e6,
-        "idle": 100 * idle / max(total, 1),
-        "steal": 100 * steal / max(total, 1),
+        "idle": idle,
+        "steal": steal,
     }
 
 
-@contextlib.contextmanager
-def _spin(value: str | None) -> Iterator[None]:
-    """`SPIN_VARIABLE` set to `value` (None: as it was) while a vector env is made."""
-    before = os.environ.get(SPIN_VARIABLE)
-    if value is not None:
-        os.environ[SPIN_VARIABLE] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(SPIN_VARIABLE, None)
-        else:
-            os.environ[SPIN_VARIABLE] = before
-
-
-def _sb3(steps: int, kind: str, policy: str | None, spin: str | None = None) -> dict[str, float]:
+def _sb3(steps: int, kind: str, policy: str | None) -> dict[str, float]:
     from ray_multiprocess_env import make_sb3_vec_env
 
-    with _spin(spin):
-        envs = make_sb3_vec_env(ENV_ID, NUM_ENVS, num_workers=2, seed=0)
+    envs = make_sb3_vec_env(ENV_ID, NUM_ENVS, num_workers=2, seed=0)
     try:
         observations = envs.reset()
         actions = action_batches(kind, (NUM_ENVS, *envs.action_space.shape))
@@ -194,6 +159,11 @@ def _dummy(steps: int, kind: str, policy: str | None) -> dict[str, float]:
         envs.close()
 
 
+def _sb3_not_polling(steps: int, kind: str, policy: str | None) -> dict[str, float]:
+    with worker_spin("0"):
+        return _sb3(steps, kind, policy)
+
+
 Setting = Callable[[int, str, "str | None"], dict[str, float]]
 SETTINGS: dict[str, Setting] = {
     "ours, SB3VecEnv (per-env infos), 2 x 8": _sb3,
@@ -202,18 +172,14 @@ SETTINGS: dict[str, Setting] = {
 }
 #: Added with a policy: whether the workers' polling pays when the driver acts between steps.
 NOT_POLLING: dict[str, Setting] = {
-    "ours, SB3VecEnv, 2 x 8, workers not polling": functools.partial(_sb3, spin="0"),
+    "ours, SB3VecEnv, 2 x 8, workers not polling": _sb3_not_polling,
 }
 
 
 def _run_in_child(name: str, argv: list[str] | None) -> dict[str, float]:
     """Setting `name`'s run, in a process of its own (this one's arguments)."""
     command = [sys.executable, "-m", "benchmarks.face_step", *(argv or sys.argv[1:])]
-    done = subprocess.run([*command, "--child", name], capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode or not lines:
-        raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    result: dict[str, float] = json.loads(lines[-1][len("RESULT ") :])
+    result: dict[str, float] = child_result([*command, "--child", name], name)
     return result
 
 

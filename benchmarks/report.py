@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import subprocess
 import time
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import ray
+
+from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 
 TITLE = "# Benchmarks\n"
 
@@ -45,12 +51,49 @@ def cpu_times() -> list[int]:
         return []
 
 
+def idle_and_stolen(before: list[int], after: list[int]) -> tuple[float, float] | None:
+    """The shares (%) of CPU time idle (iowait too) and stolen between two `cpu_times` readings.
+
+    Stolen: what the hypervisor of a virtual machine gave to others. None off Linux.
+
+    Example:
+        >>> idle_and_stolen([0, 0, 0, 0, 0, 0, 0, 0], [50, 0, 0, 40, 0, 0, 0, 10])
+        (40.0, 10.0)
+    """
+    if len(before) < 8 or len(after) < 8:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    total = max(1, sum(delta))
+    return 100 * (delta[3] + delta[4]) / total, 100 * delta[7] / total
+
+
 def stolen(before: list[int], after: list[int]) -> str:
     """The share of CPU time the hypervisor gave to others (steal) between two readings."""
-    if len(before) < 8 or len(after) < 8:
-        return "unknown"
-    delta = [b - a for a, b in zip(before, after, strict=True)]
-    return f"{100 * delta[7] / max(1, sum(delta)):.1f}%"
+    shares = idle_and_stolen(before, after)
+    return "unknown" if shares is None else f"{shares[1]:.1f}%"
+
+
+@contextlib.contextmanager
+def worker_spin(value: str) -> Iterator[None]:
+    """`RAY_MULTIPROCESS_ENV_WORKER_SPIN_US` set to `value` (a vector env made inside reads it)."""
+    before = os.environ.get(SPIN_VARIABLE)
+    os.environ[SPIN_VARIABLE] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SPIN_VARIABLE, None)
+        else:
+            os.environ[SPIN_VARIABLE] = before
+
+
+def child_result(command: list[str], what: str) -> Any:
+    """Run `command` (one run of a benchmark, in a process of its own); its ``RESULT`` JSON."""
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def package_version(package: str) -> str:

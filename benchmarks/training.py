@@ -31,7 +31,6 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -43,7 +42,7 @@ import numpy as np
 import torch
 
 from benchmarks.ppo_loop import LoopResult, run_ppo
-from benchmarks.report import write_section
+from benchmarks.report import child_result, write_section
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 SB3_SETTINGS = ("DummyVecEnv", "SubprocVecEnv", "ours (SB3VecEnv)")
@@ -216,11 +215,7 @@ def _run_in_child(setting: str, args: argparse.Namespace) -> LoopResult:
         *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
         *(["--epochs", str(args.epochs)] if args.epochs else []),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{setting} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return LoopResult(**json.loads(lines[-1][len("RESULT ") :]))
+    return LoopResult(**child_result(command, setting))
 
 
 def _child(setting: str, args: argparse.Namespace) -> None:
