@@ -53,8 +53,9 @@ import ray
 
 from benchmarks import driver_floor, driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
-from benchmarks.report import start_ray_settled, worker_spin, write_section
+from benchmarks.report import environment_variable, start_ray_settled, write_section
 from ray_multiprocess_env import make_vector_env
+from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 from ray_multiprocess_env.bench_policies import make_policy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +193,8 @@ def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]
     out["ours first-ready"] = ours_first_ready(envs, 8, seconds)
     out["ours lockstep, MLP"] = ours_lockstep(envs, seconds, _mlp(envs))
     envs.close()
-    with worker_spin("0"):  # (the probe's workers never poll: ours not polling either)
+    # the probe's workers never poll: ours not polling either
+    with environment_variable(SPIN_VARIABLE, "0"):
         envs = make_vector_env(CHEETAH, 16, num_workers=2)
     out["ours first-ready, workers not polling"] = ours_first_ready(envs, 8, seconds)
     envs.close()

@@ -42,7 +42,14 @@ import gymnasium as gym
 import numpy as np
 import psutil
 
-from benchmarks.report import child_result, cpu_times, idle_and_stolen, worker_spin, write_section
+from benchmarks.report import (
+    child_result,
+    cpu_times,
+    environment_variable,
+    idle_and_stolen,
+    write_section,
+)
+from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 ENV_ID = "HalfCheetah-v5"
@@ -160,7 +167,7 @@ def _dummy(steps: int, kind: str, policy: str | None) -> dict[str, float]:
 
 
 def _sb3_not_polling(steps: int, kind: str, policy: str | None) -> dict[str, float]:
-    with worker_spin("0"):
+    with environment_variable(SPIN_VARIABLE, "0"):
         return _sb3(steps, kind, policy)
 
 

@@ -32,6 +32,7 @@ from gymnasium.vector.utils import batch_space
 
 from benchmarks import peers
 from benchmarks.envs import action_samples
+from benchmarks.report import environment_variable
 from benchmarks.targets import ASYNC, SYNC, Row
 from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env._engine.driver_threads import TORCH_THREADS_VARIABLE
@@ -132,7 +133,7 @@ def policy_rows(
                 )
             add(ours_name + tail, functools.partial(lockstep, ours, policy, seconds))
             add(first_name + tail, functools.partial(first_ready, ours, policy, half, seconds))
-    with _variable(TORCH_THREADS_VARIABLE, "keep"):
+    with environment_variable(TORCH_THREADS_VARIABLE, "keep"):
         add(ours_name + KEPT, functools.partial(lockstep, ours, policy, seconds))
     reniced = functools.partial(_reniced, ours)
     add(ours_name + DEFAULTS + RENICED, functools.partial(lockstep, reniced, policy, seconds))
@@ -269,16 +270,3 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@contextlib.contextmanager
-def _variable(name: str, value: str) -> Iterator[None]:
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = before

@@ -14,8 +14,6 @@ from typing import Any
 
 import ray
 
-from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
-
 TITLE = "# Benchmarks\n"
 
 
@@ -74,17 +72,23 @@ def stolen(before: list[int], after: list[int]) -> str:
 
 
 @contextlib.contextmanager
-def worker_spin(value: str) -> Iterator[None]:
-    """`RAY_MULTIPROCESS_ENV_WORKER_SPIN_US` set to `value` (a vector env made inside reads it)."""
-    before = os.environ.get(SPIN_VARIABLE)
-    os.environ[SPIN_VARIABLE] = value
+def environment_variable(name: str, value: str) -> Iterator[None]:
+    """Environment variable `name` set to `value` inside (a vector env made there reads it).
+
+    Example:
+        >>> with environment_variable("RAY_MULTIPROCESS_ENV_WORKER_SPIN_US", "0"):
+        ...     os.environ["RAY_MULTIPROCESS_ENV_WORKER_SPIN_US"]
+        '0'
+    """
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(SPIN_VARIABLE, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[SPIN_VARIABLE] = before
+            os.environ[name] = before
 
 
 def child_result(command: list[str], what: str) -> Any:
