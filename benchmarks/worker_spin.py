@@ -1,7 +1,7 @@
 """How long workers poll before they sleep (`RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`), in turns.
 
 Each value is the least a worker polls; it polls up to ten times as long when its messages came
-later (`_worker.serve_loop`).
+later, and when they come later still, again around when the next is due (`_worker.serve_loop`).
 
 Run by hand from the repository root, on a machine with nothing else running (it writes the
 ``worker_spin`` section of docs/benchmarks.md; docs/performance.md says what it shows):
@@ -10,10 +10,12 @@ Run by hand from the repository root, on a machine with nothing else running (it
 
 Each round runs every setting under every spin once, one after the other (the variable is read
 when a vector env is made, so each setting makes its own): HalfCheetah-v5 2 workers x 8 in
-lockstep, first-ready ``recv(8)``/``send`` and lockstep with the 256-wide torch MLP acting in the
-driver; CartPole-v1 2 workers x 64, and 8 workers x 16, which on a machine with fewer than 8
-cores is more workers than cores (``auto`` does not poll there). The table gives the medians of
-the rounds' env steps/s, and each spin's ratio to ``0`` (no polling) round by round.
+lockstep, first-ready ``recv(8)``/``send``, lockstep with the 256-wide torch MLP acting in the
+driver, and lockstep with a trainer that keeps one core busy for 1 ms or 3 ms between steps
+(`busy_policy`: a larger policy, or PPO's own work around the forward pass); CartPole-v1 2
+workers x 64, and 8 workers x 16, which on a machine with fewer than 8 cores is more workers
+than cores (``auto`` does not poll there). The table gives the medians of the rounds' env
+steps/s, and each spin's ratio to ``0`` (no polling) round by round.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 import ray
 
 from benchmarks.against_probe import CARTPOLE, CHEETAH, ROOT, ours_first_ready, ours_lockstep
+from benchmarks.envs import action_samples
 from benchmarks.report import start_ray_settled, write_section
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
@@ -48,9 +51,36 @@ SETTINGS: dict[str, tuple[tuple[str, int, int], Callable[[Any, float], dict[str,
             e, s, make_policy("mlp", e.single_observation_space, e.single_action_space)
         ),
     ),
+    "HalfCheetah 2 x 8, lockstep, 1 ms between steps": (
+        (CHEETAH, 16, 2),
+        lambda e, s: ours_lockstep(e, s, busy_policy(e, 1_000)),
+    ),
+    "HalfCheetah 2 x 8, lockstep, 3 ms between steps": (
+        (CHEETAH, 16, 2),
+        lambda e, s: ours_lockstep(e, s, busy_policy(e, 3_000)),
+    ),
     "CartPole 2 x 64, lockstep": ((CARTPOLE, 128, 2), lambda e, s: ours_lockstep(e, s, None)),
     "CartPole 8 x 16, lockstep": ((CARTPOLE, 128, 8), lambda e, s: ours_lockstep(e, s, None)),
 }
+
+
+def busy_policy(envs: Any, microseconds: float) -> Callable[[Any], Any]:
+    """A trainer that keeps one core busy for `microseconds` before each step (drawn actions).
+
+    A stand-in for a policy whose forward pass (with the trainer's own work around it: a
+    rollout buffer, a normalizer) takes that long, without torch's threads in the measure.
+    """
+    actions, count = action_samples(envs.action_space), 0
+
+    def act(observations: Any) -> Any:
+        nonlocal count
+        end = time.perf_counter() + microseconds / 1e6
+        while time.perf_counter() < end:
+            pass
+        count += 1
+        return actions[count % len(actions)]
+
+    return act
 
 
 def one_round(spins: list[str], seconds: float) -> dict[tuple[str, str], float]:
@@ -102,7 +132,8 @@ def _report(
         "",
         f"Env steps/s, medians of {args.rounds} rounds, each cell {args.seconds:g} s per round, "
         f"the cells taking turns; `{SPIN_VARIABLE}` set to each value (µs a worker polls at "
-        "least, up to ten times as long when its messages came later; `auto`: 100 µs where a "
+        "least, up to ten times as long when its messages came later, and when they came "
+        "later still again around when the next was due; `auto`: 100 µs where a "
         "node has a core per worker, else 0). In brackets: the median of the rounds' ratios "
         "to `0`.",
         "",

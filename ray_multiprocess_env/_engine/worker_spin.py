@@ -7,8 +7,9 @@ to poll for it for a while first (`_worker.serve_loop`): on 2 cores HalfCheetah-
 CartPole-v1 2 x 64 stepped 1.25x to 1.27x as fast in lockstep (`benchmarks/worker_spin.py`,
 docs/performance.md). A worker polls for at least the time set here, and up to ten times as long
 when its recent messages came later than that (a policy of a few hundred microseconds in the
-driver: 1.09x). With more workers than cores the polling takes the cores other workers need:
-8 workers on 2 cores lost a quarter to two thirds.
+driver: 1.09x); when they came later still, again around when the next is due
+(`_worker.serve_loop.poll_plan`). With more workers than cores the polling takes the cores
+other workers need: 8 workers on 2 cores lost a quarter to two thirds.
 
 So by default (``auto``) a worker polls for `DEFAULT_SPIN_US` (stretched up to ten times) when
 its node has at least as many cores as workers of the vector env there, and not at all
