@@ -7,7 +7,7 @@ to poll for it for a while first (`_worker.serve_loop`): on 2 cores HalfCheetah-
 CartPole-v1 2 x 64 stepped 1.25x to 1.27x as fast in lockstep (`benchmarks/worker_spin.py`,
 docs/performance.md). A worker polls for at least the time set here, and up to ten times as long
 when its recent messages came later than that (a policy of a few hundred microseconds in the
-driver: 1.09x); when they came later still, again around when the next is due
+driver: 1.09x), and when they came up to twice that late, until just after the next is due
 (`_worker.serve_loop.poll_plan`). With more workers than cores the polling takes the cores
 other workers need: 8 workers on 2 cores lost a quarter to two thirds.
 

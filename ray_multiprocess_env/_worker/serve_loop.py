@@ -8,14 +8,15 @@ idle meanwhile runs the next env steps slower. So after each answer the loop pol
 message (``poll`` with a zero timeout) before it blocks: for at least `spin_us`, and for longer
 when its recent messages came later than that, up to `POLL_STRETCH` times `spin_us` (at most
 `POLL_MOST_NS`, unless `spin_us` itself is more). The gap it expects is a running mean of the
-time from each answer to the next message (each gap counted as eight times the longest poll at
+time from each answer to the next message (each gap counted as four times the longest poll at
 most, so one long pause does not weigh for long); it polls half as long again as that mean.
-Where that is beyond the longest poll, it polls for `spin_us`, sleeps (a message wakes it), and
-polls again from half a longest poll before the next message is due to half of one after
-(`poll_plan`). A driver whose policy takes a few hundred microseconds between steps (a torch
-MLP) is caught by the first poll; one that answers within tens of microseconds, as before; one
-whose trainer takes a millisecond or so, by the second (it begins at once then: the worker
-never sleeps). The driver decides `spin_us` (`_engine.worker_spin`): 0 never polls.
+Where that is beyond the longest poll but the mean is within two of them, it polls until half a
+longest poll after the next message is due; beyond that, the messages come too late for a poll
+to catch most of them, and it polls for `spin_us` only (`poll_plan`). A driver whose policy
+takes a few hundred microseconds between steps (a torch MLP) is caught that way, and one whose
+trainer takes a millisecond (a larger policy, or PPO's work around its forward pass); one that
+answers within tens of microseconds, as before. The driver decides `spin_us`
+(`_engine.worker_spin`): 0 never polls.
 """
 
 from __future__ import annotations
@@ -27,43 +28,33 @@ from collections.abc import Callable, Sequence
 
 from ray_multiprocess_env._protocol.pipes import HEADER, Buffer
 
-__all__ = [
-    "GAP_MOST",
-    "POLL_MOST_NS",
-    "POLL_STRETCH",
-    "poll_plan",
-    "serve",
-    "serve_fds",
-    "write_all",
-]
+__all__ = ["POLL_MOST_NS", "POLL_STRETCH", "poll_plan", "serve", "serve_fds", "write_all"]
 
 #: How many times `spin_us` a worker polls at the most, when its messages came that late.
 POLL_STRETCH = 10
 #: The longest a stretched poll lasts (ns), unless `spin_us` alone is longer.
 POLL_MOST_NS = 100_000_000
 #: A gap counts in the mean as this many times the longest poll at most.
-GAP_MOST = 8
+_GAP_MOST = 4
 
 
-def poll_plan(gap: int, least: int, most: int) -> tuple[int, int, int]:
-    """How a worker waits for its next message: ``(until, late_from, late_until)``, in ns.
+def poll_plan(gap: int, least: int, most: int) -> int:
+    """How long (ns) a worker polls for its next message after its answer, before it sleeps.
 
-    It polls until `until` after its answer. If nothing came and `late_until` is not 0, it
-    sleeps until `late_from` after its answer (whole milliseconds; a message wakes it) and
-    polls until `late_until`. Then it blocks in ``read``. `gap`: the mean time from an answer
-    to the next message; `least` and `most`: the shortest and the longest first poll.
-
-    A gap the longest poll covers half as long again is polled through, for that long (at
-    least `least`). A longer one gets `least`, then a poll from half a longest poll before
-    the next message is due to half of one after: there is no gap beyond which a worker
-    gives up on the next message (a mean that drifts across that line would make it sleep
-    at every other step).
+    `gap`: the mean time from an answer to the next message; `least`, `most`: the shortest
+    and the longest poll. Half as long again as `gap` if that is within `most` (and at least
+    `least`). For a gap of up to two longest polls, until half a longest poll after the
+    message is due (at most `POLL_MOST_NS`, unless `least` is more): a trainer that takes
+    about a millisecond between steps sits just past the longest poll, and a mean drifting
+    across that edge would have its workers poll at one step and sleep at the next. A longer
+    gap gets `least`: a poll would catch few of its messages.
     """
     wanted = gap + (gap >> 1)
     if wanted <= most:
-        return max(least, wanted), 0, 0
-    half = most >> 1
-    return least, gap - half, gap + half
+        return max(least, wanted)
+    if gap <= 2 * most:
+        return max(least, min(gap + (most >> 1), POLL_MOST_NS))
+    return least
 
 
 def serve(
@@ -107,17 +98,16 @@ def serve_fds(
         poller.register(go_fd, select.POLLIN)
         poll = poller.poll
     most = max(least, min(POLL_STRETCH * least, POLL_MOST_NS))
-    until = gap = least  # the first poll's end after an answer; the mean gap to the next message
-    late_from = late_until = 0  # the second poll's (`poll_plan`)
+    budget = gap = least  # this poll's length; the mean time from an answer to the next message
     answered = 0
     try:
         while True:
             if poll is not None:
                 answered = clock()
-                if not pending and not _poll_until(poll, clock, answered + until) and late_until:
-                    nap = (answered + late_from - clock()) // 1_000_000
-                    if nap <= 0 or not poll(nap):
-                        _poll_until(poll, clock, answered + late_until)
+                if not pending:
+                    until = answered + budget
+                    while not poll(0) and clock() < until:
+                        pass
             while len(pending) < HEADER.size:  # a whole message, usually in one read
                 count = os.readv(go_fd, [scratch])
                 if not count:
@@ -132,21 +122,11 @@ def serve_fds(
                 pending += rest
             payload, pending = pending[HEADER.size : end], pending[end:]
             if poll is not None:  # (a mean over about the last 8 messages)
-                gap += (min(clock() - answered, GAP_MOST * most) - gap) >> 3
-                until, late_from, late_until = poll_plan(gap, least, most)
+                gap += (min(clock() - answered, _GAP_MOST * most) - gap) >> 3
+                budget = poll_plan(gap, least, most)
             write_all(done_fd, respond(seq, payload))
     except OSError:
         return  # the driver went away mid-message
-
-
-def _poll_until(
-    poll: Callable[[int], list[tuple[int, int]]], clock: Callable[[], int], end: int
-) -> bool:
-    """Whether a message became readable (``poll`` with no timeout) before the clock read `end`."""
-    while not poll(0):
-        if clock() >= end:
-            return False
-    return True
 
 
 def _read_exact(fd: int, size: int) -> bytes | None:
