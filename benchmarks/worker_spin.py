@@ -1,7 +1,7 @@
 """How long workers poll before they sleep (`RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`), in turns.
 
 Each value is the least a worker polls; it polls up to ten times as long when its messages came
-later, and when they came up to twice that late, until just after the next is due
+later, and when they came up to two such polls apart, until just after the next was due
 (`_worker.serve_loop.poll_plan`).
 
 Run by hand from the repository root, on a machine with nothing else running (it writes the
@@ -134,7 +134,7 @@ def _report(
         f"Env steps/s, medians of {args.rounds} rounds, each cell {args.seconds:g} s per round, "
         f"the cells taking turns; `{SPIN_VARIABLE}` set to each value (µs a worker polls at "
         "least, up to ten times as long when its messages came later, and when they came up "
-        "to twice that late until just after the next was due; `auto`: 100 µs where a "
+        "to two such polls apart, until just after the next was due; `auto`: 100 µs where a "
         "node has a core per worker, else 0). In brackets: the median of the rounds' ratios "
         "to `0`.",
         "",

@@ -7,22 +7,23 @@ to poll for it for a while first (`_worker.serve_loop`): on 2 cores HalfCheetah-
 CartPole-v1 2 x 64 stepped 1.25x to 1.27x as fast in lockstep (`benchmarks/worker_spin.py`,
 docs/performance.md). A worker polls for at least the time set here, and up to ten times as long
 when its recent messages came later than that (a policy of a few hundred microseconds in the
-driver: 1.09x), and when they came up to twice that late, until just after the next is due
-(`_worker.serve_loop.poll_plan`). With more workers than cores the polling takes the cores
+driver: 1.09x), and when they came up to two such polls apart, until just after the next is
+due (`_worker.serve_loop.poll_plan`). With more workers than cores the polling takes the cores
 other workers need: 8 workers on 2 cores lost a quarter to two thirds.
 
-So by default (``auto``) a worker polls for `DEFAULT_SPIN_US` (stretched up to ten times) when
-its node has at least as many cores as workers of the vector env there, and not at all
-otherwise. On the driver's node the cores are the fewer of those this process may run on and
-those Ray counts (a container's CPU limit), and the workers of the vector envs already open
-when this one starts count too; on other nodes, the CPUs Ray counts there. A vector env opened
-later, or a worker restarted onto the node, does not stop the workers already running from
-polling; each of their answers then costs at most ten times `DEFAULT_SPIN_US` of a core. A
-restarted worker is counted where it now runs.
+So by default (``auto``) a worker polls for `DEFAULT_SPIN_US` (longer when its messages come
+later: up to 25 times, `_worker.serve_loop.poll_plan`) when its node has at least as many cores
+as workers of the vector env there, and not at all otherwise. On the driver's node the cores are
+the fewer of those this process may run on and those Ray counts (a container's CPU limit), and
+the workers of the vector envs already open when this one starts count too; on other nodes, the
+CPUs Ray counts there. A vector env opened later, or a worker restarted onto the node, does not
+stop the workers already running from polling; each of their answers then costs at most 25 times
+`DEFAULT_SPIN_US` of a core. A restarted worker is counted where it now runs.
 
 The environment variable ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US`` (read where the driver runs,
 when a vector env is made) sets the least number of microseconds for every worker instead (a
-worker stretches it up to ten times, at most to 100 ms), 0 for none.
+worker polls longer when its messages come later, at most 100 ms unless the setting is more),
+0 for none.
 """
 
 from __future__ import annotations

@@ -6,17 +6,17 @@ stream (`serve_fds` on one socket). Its messages are framed as `_protocol.pipes`
 A worker that blocks in ``read`` must be woken by the kernel for each message, and a core left
 idle meanwhile runs the next env steps slower. So after each answer the loop polls for the next
 message (``poll`` with a zero timeout) before it blocks: for at least `spin_us`, and for longer
-when its recent messages came later than that, up to `POLL_STRETCH` times `spin_us` (at most
-`POLL_MOST_NS`, unless `spin_us` itself is more). The gap it expects is a running mean of the
-time from each answer to the next message (each gap counted as four times the longest poll at
-most, so one long pause does not weigh for long); it polls half as long again as that mean.
-Where that is beyond the longest poll but the mean is within two of them, it polls until half a
-longest poll after the next message is due; beyond that, the messages come too late for a poll
-to catch most of them, and it polls for `spin_us` only (`poll_plan`). A driver whose policy
-takes a few hundred microseconds between steps (a torch MLP) is caught that way, and one whose
-trainer takes a millisecond (a larger policy, or PPO's work around its forward pass); one that
-answers within tens of microseconds, as before. The driver decides `spin_us`
-(`_engine.worker_spin`): 0 never polls.
+when its recent messages came later than that (`poll_plan`). The gap it expects is a running
+mean of the time from each answer to the next message (each gap counted as four longest polls at
+most, so one long pause does not weigh for long). It polls half as long again as that mean, up
+to the longest poll: `POLL_STRETCH` times `spin_us` (at most `POLL_MOST_NS`, unless `spin_us`
+itself is more). A mean past that but no longer than two longest polls gets a poll until half a
+longest poll after the next message is due (2.5 longest polls at most). A longer mean gets
+`spin_us` only: a poll would catch few of those messages. A driver whose policy takes a few
+hundred microseconds between steps (a torch MLP) is caught by the stretch, one whose trainer
+takes about a millisecond (a larger policy, or PPO's work around its forward pass) by the
+longer poll, and one that answers within tens of microseconds by `spin_us` itself. The driver
+decides `spin_us` (`_engine.worker_spin`): 0 never polls.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from ray_multiprocess_env._protocol.pipes import HEADER, Buffer
 
 __all__ = ["POLL_MOST_NS", "POLL_STRETCH", "poll_plan", "serve", "serve_fds", "write_all"]
 
-#: How many times `spin_us` a worker polls at the most, when its messages came that late.
+#: The longest poll, in times `spin_us`: where half as long again as the mean gap fits in it.
 POLL_STRETCH = 10
-#: The longest a stretched poll lasts (ns), unless `spin_us` alone is longer.
+#: The longest a poll lasts (ns), unless `spin_us` alone is longer.
 POLL_MOST_NS = 100_000_000
 #: A gap counts in the mean as this many times the longest poll at most.
 _GAP_MOST = 4
@@ -43,17 +43,18 @@ def poll_plan(gap: int, least: int, most: int) -> int:
 
     `gap`: the mean time from an answer to the next message; `least`, `most`: the shortest
     and the longest poll. Half as long again as `gap` if that is within `most` (and at least
-    `least`). For a gap of up to two longest polls, until half a longest poll after the
-    message is due (at most `POLL_MOST_NS`, unless `least` is more): a trainer that takes
-    about a millisecond between steps sits just past the longest poll, and a mean drifting
-    across that edge would have its workers poll at one step and sleep at the next. A longer
-    gap gets `least`: a poll would catch few of its messages.
+    `least`). A gap of up to two longest polls gets a poll until half a longest poll after
+    its message is due, if that is within `POLL_MOST_NS`: a trainer that takes about a
+    millisecond between steps sits just past the longest poll (1 ms with ``auto``), where a
+    mean drifting to and fro would have its workers poll at one step and sleep at the next.
+    A longer gap gets `least`: a poll would catch few of its messages.
     """
     wanted = gap + (gap >> 1)
     if wanted <= most:
         return max(least, wanted)
-    if gap <= 2 * most:
-        return max(least, min(gap + (most >> 1), POLL_MOST_NS))
+    until = gap + (most >> 1)
+    if gap <= 2 * most and until <= POLL_MOST_NS:
+        return max(least, until)
     return least
 
 
