@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from benchmarks.envs import action_samples, raw_loop_count
-from benchmarks.report import cpu_times
+from benchmarks.report import cpu_times, idle_and_stolen
 from ray_multiprocess_env import GymAPIBridge, RayVectorEnv
 from ray_multiprocess_env.bench import measure_steps_per_second
 
@@ -183,23 +183,13 @@ def settle(most_seconds: float = 30.0) -> None:
     """
     deadline = time.monotonic() + most_seconds
     while time.monotonic() < deadline:
-        before = _busy_and_total()
+        before = cpu_times()
         time.sleep(0.5)
-        after = _busy_and_total()
-        if before is None or after is None:
+        shares = idle_and_stolen(before, cpu_times())
+        if shares is None:
             return
-        busy, total = after[0] - before[0], after[1] - before[1]
-        if total <= 0 or busy / total * (os.cpu_count() or 1) < 0.25:
+        if (100 - shares[0]) / 100 * (os.cpu_count() or 1) < 0.25:
             return
-
-
-def _busy_and_total() -> tuple[int, int] | None:
-    """The machine's busy and total CPU time counters (/proc/stat), or None off Linux."""
-    fields = cpu_times()
-    if len(fields) < 5:
-        return None
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
 
 
 def importable(module: str) -> bool:
