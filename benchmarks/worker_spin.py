@@ -34,7 +34,7 @@ import ray
 
 from benchmarks.against_probe import CARTPOLE, CHEETAH, ROOT, ours_first_ready, ours_lockstep
 from benchmarks.envs import action_samples
-from benchmarks.report import start_ray_settled, write_section
+from benchmarks.report import environment_variable, start_ray_settled, write_section
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 from ray_multiprocess_env.bench_policies import make_policy
@@ -89,8 +89,8 @@ def one_round(spins: list[str], seconds: float) -> dict[tuple[str, str], float]:
     rates = {}
     for name, ((env, num_envs, workers), measure) in SETTINGS.items():
         for spin in spins:
-            os.environ[SPIN_VARIABLE] = spin
-            envs = make_vector_env(env, num_envs, num_workers=workers)
+            with environment_variable(SPIN_VARIABLE, spin):  # (read as the envs are made)
+                envs = make_vector_env(env, num_envs, num_workers=workers)
             try:
                 rates[name, spin] = measure(envs, seconds)["rate"]
             finally:
@@ -112,7 +112,6 @@ def main() -> None:
     try:
         rounds = [one_round(spins, args.seconds) for _ in range(args.rounds)]
     finally:
-        os.environ.pop(SPIN_VARIABLE, None)
         ray.shutdown()
     report = "\n".join(_report(spins, rounds, args))
     print(report)
