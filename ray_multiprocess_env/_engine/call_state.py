@@ -290,28 +290,29 @@ class CallState:
         return done
 
     def put_sent(self, sent: Sequence[LaneSent]) -> None:
-        """First-ready calls the lanes sent are out (nothing, once closed)."""
+        """First-ready calls the lanes sent are out (nothing, once closed).
+
+        Call it with interrupts held back (the lanes hold them for the whole call).
+        """
         if self.state is State.CLOSED:
             return
-        with deferred_interrupts():
-            busy = self.busy
-            for item in sent:
-                envs = item.envs
-                busy[envs.start : envs.stop] = True
-                self.busy_count += len(envs)
-            self.sent = self.sent + list(sent)
-            self._settle_state()
+        busy = self.busy
+        for item in sent:
+            envs = item.envs
+            busy[envs.start : envs.stop] = True
+            self.busy_count += len(envs)
+        self.sent = self.sent + list(sent)
+        self._settle_state()
 
     def take_sent(self, done: Sequence[LaneSent]) -> None:
-        """These calls the lanes sent are no longer in flight."""
-        with deferred_interrupts():
-            busy = self.busy
-            for item in done:
-                envs = item.envs
-                busy[envs.start : envs.stop] = False
-                self.busy_count -= len(envs)
-            self.sent = [item for item in self.sent if item not in done]
-            self._settle_state()
+        """These calls the lanes sent are no longer in flight (interrupts held back)."""
+        busy = self.busy
+        for item in done:
+            envs = item.envs
+            busy[envs.start : envs.stop] = False
+            self.busy_count -= len(envs)
+        self.sent = [item for item in self.sent if item not in done]
+        self._settle_state()
 
     def _settle_state(self) -> None:
         if self.state is not State.CLOSED and self.state is not State.WAITING_STEP:

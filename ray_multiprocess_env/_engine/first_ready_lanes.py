@@ -130,16 +130,17 @@ class FirstReadyLanes:
         found = None if self._pool.lost_episodes.any else self._lanes.now()
         if found is None:
             raise NotHot
-        lanes, key = found.lanes, 0
+        lanes, key, envs_in = found.lanes, 0, 0
         for item in sent:
             lane = item.lane
-            if lane is not lanes[item.worker] or lane.transport.broken:
-                raise NotHot  # (a worker replaced, or lost)
-            if lane.transport.wants_write:
-                raise NotHot  # (a doorbell not all written: TCP's rows)
+            transport = lane.transport
+            if lane is not lanes[item.worker] or transport.broken or transport.wants_write:
+                raise NotHot  # (a worker replaced or lost, or a doorbell not all written)
             key |= 1 << item.worker
+            if item.code != NOTHING:
+                envs_in += len(item.envs)
         for ticket, kind in tickets:
-            transport: Any = lanes[ticket.worker].transport
+            transport = lanes[ticket.worker].transport
             if transport.broken or transport.wants_write:
                 raise NotHot  # (lost, or a message not all written)
             if kind != "step" or ticket.transport is not transport:
@@ -157,15 +158,10 @@ class FirstReadyLanes:
             # registered to run then).
             with DEFERRED:
                 try:
-                    while True:
-                        settled = envs_in = 0
-                        for item in sent:
-                            if item.code != NOTHING:
-                                settled, envs_in = settled + 1, envs_in + len(item.envs)
-                        for ticket, _ in tickets:
-                            if ticket.outcome is not None:
-                                settled, envs_in = settled + 1, envs_in + len(ticket.envs)
-                        if envs_in >= min_envs or settled == len(sent) + len(tickets):
+                    if tickets:
+                        envs_in = _envs_in(sent, tickets)
+                    while envs_in < min_envs:
+                        if envs_in and _all_in(sent, tickets):
                             break
                         timeout = None if deadline is None else timeout_ms(deadline)
                         ready = DEFERRED.poll(poller, timeout)
@@ -173,7 +169,9 @@ class FirstReadyLanes:
                             raise NotHot  # (at `deadline`: the slow path's wait says so)
                         for fd, _ in ready:
                             worker = by_fd[fd]
-                            self._read(sent, worker, lanes[worker].transport)
+                            envs_in += self._read(sent, worker, lanes[worker].transport)
+                        if tickets:
+                            envs_in = _envs_in(sent, tickets)
                     done = [item for item in sent if item.code != NOTHING]
                     answered = [ticket for ticket, _ in tickets if ticket.outcome is not None]
                     env_ids, parts, old_api = self._parts(done, answered)
@@ -195,13 +193,14 @@ class FirstReadyLanes:
             raise
 
     @staticmethod
-    def _read(sent: list[LaneSend], worker: int, transport: Any) -> None:
+    def _read(sent: list[LaneSend], worker: int, transport: Any) -> int:
         """Read what came from `worker` on `transport`, readable (interrupts held back).
 
-        The answer to its `LaneSend` if it has one (its `code`), else the replies of its
-        tickets (settled by `read_lane`, or by `settle`, as the slow path's read would).
-        `NotHot` if the answer is not the lanes' (left for the slow path, which finds it), or
-        if the pipe ended.
+        The answer to its `LaneSend` if it has one (its `code`: then how many envs it
+        answered for, else 0), else the replies of its tickets (settled by `read_lane`, or by
+        `settle`, as the slow path's read would; 0: the caller counts those). `NotHot` if the
+        answer is not the lanes' (left for the slow path, which finds it), or if the pipe
+        ended.
         """
         for item in sent:
             if item.worker == worker:
@@ -209,17 +208,18 @@ class FirstReadyLanes:
         else:  # (a worker with tickets in flight)
             if transport.read_lane() == OTHER and not transport.settle():
                 raise NotHot  # (its end: the slow path's read finds it again)
-            return
+            return 0
         if item.code != NOTHING:  # (answered, and readable again: its end, most likely;
             raise NotHot  # left to the slow path's read, which finds it)
         code = transport.read_lane()
         if code == NOTHING:
-            return  # (part of a message)
+            return 0  # (part of a message)
         item.code = code
         if code == INFOS:
             item.infos = transport.infos
         elif code == OTHER:
             raise NotHot
+        return len(item.envs)
 
     def _parts(
         self, sent: list[LaneSend], tickets: list[Ticket]
@@ -229,6 +229,12 @@ class FirstReadyLanes:
         ``(env ids ascending, (first env of its worker, infos) per answer, whether an env
         spoke old gym's API)``. `NotHot` if a ticket's reply is not in place.
         """
+        if len(sent) == 1 and not tickets:  # (one worker's envs: the usual)
+            item = sent[0]
+            infos, old_api = answer_part(item.code, item.infos)
+            lane = item.lane
+            env_ids = np.arange(lane.start, lane.stop, dtype=np.int64)
+            return env_ids, [(lane.start, infos)], old_api
         parts: list[tuple[int, Any]] = []
         old_api, ids = False, []
         for item in sent:
@@ -236,18 +242,43 @@ class FirstReadyLanes:
             parts.append((item.lane.start, infos))
             old_api |= old
             ids.append(item.envs)
-        if tickets:  # (the slow path's, read here: their replies must be in place too)
-            found = ticket_parts(tickets, self._lists)
-            if found is None:
-                raise NotHot
-            parts += found[0]
-            old_api |= found[1]
-            ids += [ticket.envs for ticket in tickets]
-        if len(ids) == 1 and type(ids[0]) is range:  # (one worker's envs: the usual)
-            env_ids = np.arange(ids[0].start, ids[0].stop, dtype=np.int64)
-        else:
-            env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
+        if not tickets:  # (whole workers' envs: ranges that do not overlap)
+            ids.sort(key=_first)
+            env_ids = np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in ids])
+            return env_ids, parts, old_api
+        found = ticket_parts(tickets, self._lists)  # (the slow path's, read here: their
+        if found is None:  # replies must be in place too)
+            raise NotHot
+        parts += found[0]
+        old_api |= found[1]
+        ids += [ticket.envs for ticket in tickets]
+        env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
         return env_ids, parts, old_api
+
+
+def _first(envs: range) -> int:
+    """The first env of a worker's run (what `FirstReadyLanes._parts` sorts by)."""
+    return envs.start
+
+
+def _envs_in(sent: list[LaneSend], tickets: list[tuple[Ticket, str]]) -> int:
+    """How many envs the answers read so far cover: the lanes' and the tickets'."""
+    envs_in = 0
+    for item in sent:
+        if item.code != NOTHING:
+            envs_in += len(item.envs)
+    for ticket, _ in tickets:
+        if ticket.outcome is not None:
+            envs_in += len(ticket.envs)
+    return envs_in
+
+
+def _all_in(sent: list[LaneSend], tickets: list[tuple[Ticket, str]]) -> bool:
+    """Whether every call in flight was answered (then `recv` takes what there is)."""
+    for item in sent:
+        if item.code == NOTHING:
+            return False
+    return all(ticket.outcome is not None for ticket, _ in tickets)
 
 
 def _put_back(state: CallState, put: list[tuple[Ticket, str]], sent: list[LaneSend]) -> None:
