@@ -9,9 +9,10 @@ One vector env of 2 workers x `k` envs steps first-ready, ``recv(batch_size=k)``
 ``send`` of pre-drawn actions to the envs it handed back, as `benchmarks.against_probe` does.
 Between the two the driver busy-waits a few microseconds more (`--delays`), a stand-in for a
 driver whose round trip costs that much more: the library's own bookkeeping, or a trainer's
-work. The delays take turns every round (reversed every other), each for `--seconds`, and the
-table gives the medians over the rounds of the env steps per second, the driver's CPU per round
-trip (its main thread's) and the workers' CPU per env step (psutil, every thread).
+work. The delays (0 and one more at least) take turns every round (reversed every other), each
+for `--seconds`, and the table gives the medians over the rounds of the env steps per second,
+the driver's CPU per round trip (its main thread's) and the workers' CPU per env step (psutil,
+every thread).
 
 Each round also runs the bare-Python probe's first-ready (`--probe`, the project's shared
 ``tools/sol_probe.py``; HalfCheetah-v5, 2 workers x 8 only), as `benchmarks.against_probe` does.
@@ -19,8 +20,8 @@ Each round also runs the bare-Python probe's first-ready (`--probe`, the project
 A worker whose answer is in waits for the driver's round trip before it has new actions: it
 polls meanwhile (or sleeps and is woken, colder). So on a machine whose cores the workers fill,
 a driver's microsecond costs the workers' CPU too. The fit over the delays says how much:
-the workers' CPU per round trip against the driver's, and the machine's (both) against the
-driver's. From the machine's, the last line estimates ours' rate with a driver that cost what
+the workers' CPU per round trip against the driver's (the machine's is that and the driver's
+own). From the machine's, the last line estimates ours' rate with a driver that cost what
 the probe's does (the fit carried past the delays measured: an estimate, not a measurement).
 """
 
@@ -99,9 +100,11 @@ def main() -> None:
     probe = Path(args.probe) if (args.env, args.k) == ("HalfCheetah-v5", 8) else None
     if probe is not None and not probe.exists():
         probe = None
-    delays = [float(d) for d in args.delays.split(",")]
-    if len(delays) < 2 or min(delays) < 0:
-        parser.error(f"--delays needs two or more values of 0 or more, got {args.delays!r}")
+    delays = sorted({float(d) for d in args.delays.split(",")})
+    if len(delays) < 2 or delays[0] != 0:
+        parser.error(f"--delays needs 0 and one more value or more, got {args.delays!r}")
+    if args.rounds < 1 or args.seconds <= 0:
+        parser.error("--rounds must be 1 or more and --seconds more than 0")
     start_ray_settled()
     try:
         envs = make_vector_env(args.env, WORKERS * args.k, num_workers=WORKERS)
@@ -146,7 +149,7 @@ def _report(
     ]
     drivers = [medians[d][1] for d in delays]
     _, workers_per_driver = fit(drivers, [medians[d][2] * k for d in delays])
-    _, machine_per_driver = fit(drivers, [medians[d][1] + medians[d][2] * k for d in delays])
+    machine_per_driver = 1 + workers_per_driver  # (the driver's own µs, and the workers')
     estimate = []
     if probes:
         probe = {key: statistics.median(p[key] for p in probes) for key in probes[0]}
@@ -154,7 +157,7 @@ def _report(
             f"| the bare-Python probe | {probe['rate']:,.0f} | {probe['driver_us']:.0f} | "
             f"{probe['workers_us']:.1f} | {probe['workers_us'] * k:.0f} |"
         )
-        rate, driver, worker = medians[delays[0]]
+        rate, driver, worker = medians[0.0]  # (no delay: ours as it is)
         spent = driver + worker * k
         cut = spent - machine_per_driver * (driver - probe["driver_us"])
         estimate = [
@@ -188,7 +191,9 @@ def _report(
         *rows,
         "",
         f"Fitted over the delays: each µs of the driver's CPU per round trip costs the workers "
-        f"{workers_per_driver:.2f} µs of CPU, the machine {machine_per_driver:.2f} µs.",
+        f"{workers_per_driver:.2f} µs of CPU, so the machine {machine_per_driver:.2f} µs (the "
+        "driver's main thread and the worker processes; Ray's other threads and processes are "
+        "not counted).",
         *estimate,
     ]
 
