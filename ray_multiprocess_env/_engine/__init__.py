@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.options import Options
-from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
+from ray_multiprocess_env._engine.results import Batch, EngineSpec, WorkerInfo
 
 __all__ = ["Batch", "Engine", "EngineSpec", "Options", "WorkerInfo"]

@@ -16,7 +16,7 @@ from typing import Any
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.pool import RETRIED, Pool
-from ray_multiprocess_env._engine.records import EngineSpec
+from ray_multiprocess_env._engine.results import EngineSpec
 from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env._protocol import space_match

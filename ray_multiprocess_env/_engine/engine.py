@@ -41,7 +41,7 @@ from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
-from ray_multiprocess_env._engine.records import Batch, EngineSpec, WorkerInfo
+from ray_multiprocess_env._engine.results import Batch, EngineSpec, WorkerInfo
 from ray_multiprocess_env._engine.splits import env_kwargs, reset_positions, worker_args
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore

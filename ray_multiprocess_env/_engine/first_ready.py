@@ -22,7 +22,7 @@ from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, NotH
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.pool import Pool
-from ray_multiprocess_env._engine.records import Batch, EngineSpec
+from ray_multiprocess_env._engine.results import Batch, EngineSpec
 from ray_multiprocess_env._engine.splits import (
     Split,
     env_kwargs,

@@ -32,7 +32,7 @@ from ray_multiprocess_env._engine.call_state import CallState, State, T
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket
 from ray_multiprocess_env._engine.pool import Pool
-from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
 from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER

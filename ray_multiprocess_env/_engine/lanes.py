@@ -37,7 +37,7 @@ from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.pool import Pool, Worker
-from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import (

@@ -20,7 +20,7 @@ from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
-from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
 from ray_multiprocess_env.batch import split_batch
 from ray_multiprocess_env.errors import RemoteEnvError

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from ray_multiprocess_env._engine.records import Batch
+from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._protocol.info_merge import columns_of, merge_infos
 from ray_multiprocess_env._protocol.infos import InfoColumn, learnable
 from ray_multiprocess_env._protocol.shared_layout import (

@@ -18,7 +18,7 @@ from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._engine import Batch, Engine
 from ray_multiprocess_env._engine.options import check_length
-from ray_multiprocess_env._engine.records import EngineSpec
+from ray_multiprocess_env._engine.results import EngineSpec
 from ray_multiprocess_env._protocol.info_merge import unbatch_infos
 from ray_multiprocess_env.batch import copy_batch, stack, unstack, unzip
 from ray_multiprocess_env.compat import is_obs_and_info

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from ray_multiprocess_env._engine import Batch
-from ray_multiprocess_env._engine.records import EngineSpec
+from ray_multiprocess_env._engine.results import EngineSpec
 from ray_multiprocess_env.batch import unstack
 from ray_multiprocess_env.compat import is_obs_and_info
 

@@ -1,4 +1,7 @@
-"""What the engine hands to its faces: one typed record per call, whole batches."""
+"""What the engine hands to its faces: a `Batch` per call, the envs' spec, each worker.
+
+Not the workers' status records (`_protocol.status`): these are what the verbs return.
+"""
 
 from __future__ import annotations
 
