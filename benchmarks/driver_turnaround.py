@@ -99,6 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     probe = Path(args.probe) if (args.env, args.k) == ("HalfCheetah-v5", 8) else None
     if probe is not None and not probe.exists():
+        print(f"no probe at {probe}: its row is left out (--probe names it)")
         probe = None
     delays = sorted({float(d) for d in args.delays.split(",")})
     if len(delays) < 2 or delays[0] != 0:
