@@ -310,12 +310,20 @@ class BatchStore:
         env_rows: np.ndarray | None,
     ) -> Any:
         if not self._batched_infos:
-            out: list[dict[str, Any]] = [{} for _ in range(size)]
-            for start, infos in parts:
-                for position, info in (infos or {}).items():
-                    row = start + position if env_rows is None else env_rows[start + position]
-                    if row >= 0:  # (else an env left out of the batch: one that raised)
-                        out[row] = info
+            out: list[Any] = [None] * size
+            if env_rows is None:  # (every env's row: a whole batch)
+                for start, infos in parts:
+                    if infos:
+                        for position, info in infos.items():
+                            out[start + position] = info
+            else:
+                for start, infos in parts:
+                    for position, info in (infos or {}).items():
+                        row = env_rows[start + position]
+                        if row >= 0:  # (else an env left out of the batch: one that raised)
+                            out[row] = info
+            if None in out:  # (an env with no info: a dict of its own, as each env's is)
+                out = [{} if info is None else info for info in out]
             return out
         if envs is None and env_rows is not None:
             envs = np.flatnonzero(env_rows >= 0)

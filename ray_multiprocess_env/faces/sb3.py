@@ -148,18 +148,18 @@ class SB3VecEnv(VecEnv):
         rewards, terminations, truncations = batch.arrays()
         dones = terminations | truncations
         time_limits = (truncations & ~terminations).tolist()
-        infos: list[dict[str, Any]] = []
-        for env, (info, done) in enumerate(zip(batch.infos, dones.tolist(), strict=True)):
-            if done:  # the info of the episode's end; the reset's is kept in `reset_infos`
+        # A list and dicts made for this batch (as `DummyVecEnv` writes into its envs' infos)
+        infos: list[dict[str, Any]] = batch.infos
+        if dones.any():
+            for env in np.flatnonzero(dones).tolist():  # the info of the episode's end;
+                info = infos[env]  # the reset's is kept in `reset_infos`
                 final, observation = dict(info.pop("final_info", {})), info.pop("final_obs", None)
                 self.reset_infos[env] = info
                 final["TimeLimit.truncated"] = time_limits[env]
                 final["terminal_observation"] = observation  # (DummyVecEnv's key order)
-                infos.append(final)
-            else:
-                info = dict(info)
-                info["TimeLimit.truncated"] = time_limits[env]
-                infos.append(info)
+                infos[env] = final
+        for info, time_limit in zip(infos, time_limits, strict=True):
+            info["TimeLimit.truncated"] = time_limit
         rewards = rewards.astype(np.float32)
         return self._observations(batch.observations), rewards, dones, infos
 
