@@ -121,13 +121,13 @@ def _thread_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _workers_of(envs: Any) -> list[psutil.Process]:
+def workers_of(envs: Any) -> list[psutil.Process]:
     """The worker processes of a vector env of ours (none for gymnasium's own)."""
     engine = getattr(envs, "_engine", None)
     return [] if engine is None else [psutil.Process(pid) for pid in engine.run_on_workers("pid")]
 
 
-def _cpu_of(processes: list[psutil.Process]) -> float:
+def cpu_of(processes: list[psutil.Process]) -> float:
     return sum(sum(p.cpu_times()[:2]) for p in processes)
 
 
@@ -137,7 +137,7 @@ def _result(
     """Env steps/s, the driver's CPU per call and (with workers) theirs per env step."""
     out = {"rate": steps / wall, "driver_us": (_thread_cpu() - cpu) / calls * 1e6}
     if workers:
-        out["workers_us"] = (_cpu_of(workers) - before) / steps * 1e6
+        out["workers_us"] = (cpu_of(workers) - before) / steps * 1e6
     return out
 
 
@@ -145,12 +145,12 @@ def ours_lockstep(
     envs: Any, seconds: float, policy: Callable[[Any], Any] | None
 ) -> dict[str, float]:
     """Env steps/s of `step` (actions from `policy`, else pre-drawn), driver CPU per step."""
-    workers = _workers_of(envs)
+    workers = workers_of(envs)
     actions = action_samples(envs.action_space)
     obs, _ = envs.reset(seed=0)
     for t in range(50):
         obs, *_ = envs.step(actions[t % len(actions)] if policy is None else policy(obs))
-    before, cpu, start, count = _cpu_of(workers), _thread_cpu(), time.perf_counter(), 0
+    before, cpu, start, count = cpu_of(workers), _thread_cpu(), time.perf_counter(), 0
     while time.perf_counter() - start < seconds:
         obs, *_ = envs.step(actions[count % len(actions)] if policy is None else policy(obs))
         count += 1
@@ -160,13 +160,13 @@ def ours_lockstep(
 
 def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
     """Env steps/s of `recv(k)` + `send`, the driver's CPU per `recv` + `send`."""
-    workers = _workers_of(envs)
+    workers = workers_of(envs)
     envs.async_reset(seed=0)
     one = loops.recv_send(envs, k)
 
     for t in range(50):
         one(t)
-    before, cpu, start = _cpu_of(workers), _thread_cpu(), time.perf_counter()
+    before, cpu, start = cpu_of(workers), _thread_cpu(), time.perf_counter()
     count = steps = 0
     while time.perf_counter() - start < seconds:
         steps += one(count)

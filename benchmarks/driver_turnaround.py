@@ -39,7 +39,7 @@ import numpy as np
 import psutil
 import ray
 
-from benchmarks.against_probe import PROBE, probe_run
+from benchmarks.against_probe import PROBE, cpu_of, probe_run, workers_of
 from benchmarks.envs import action_samples
 from benchmarks.report import (
     cpu_times,
@@ -64,7 +64,7 @@ def one_window(
 ) -> tuple[float, float, float]:
     """``(env steps/s, driver CPU µs per round trip, workers' CPU µs per env step)``."""
     delay, count, steps = delay_us / 1e6, 0, 0
-    before = sum(sum(p.cpu_times()[:2]) for p in workers)
+    before = cpu_of(workers)
     cpu, start = time.thread_time(), time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(100):
@@ -77,14 +77,8 @@ def one_window(
             envs.send(actions[count % len(actions)][: len(ids)], ids)
             count, steps = count + 1, steps + len(ids)
     wall, cpu = time.perf_counter() - start, time.thread_time() - cpu
-    spent = sum(sum(p.cpu_times()[:2]) for p in workers) - before
+    spent = cpu_of(workers) - before
     return steps / wall, cpu / count * 1e6, spent / steps * 1e6
-
-
-def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
-    """The least-squares line ``y = a + b x``: ``(a, b)``."""
-    slope, intercept = np.polyfit(np.array(xs), np.array(ys), 1)
-    return float(intercept), float(slope)
 
 
 def main() -> None:
@@ -110,7 +104,7 @@ def main() -> None:
     try:
         envs = make_vector_env(args.env, WORKERS * args.k, num_workers=WORKERS)
         try:
-            workers = [psutil.Process(pid) for pid in envs._engine.run_on_workers("pid")]
+            workers = workers_of(envs)
             actions = action_samples(envs.action_space)
             envs.async_reset()
             one_window(envs, workers, args.k, 0, 1.0, actions)  # (warm-up)
@@ -149,7 +143,8 @@ def _report(
         for d, (rate, driver, worker) in medians.items()
     ]
     drivers = [medians[d][1] for d in delays]
-    _, workers_per_driver = fit(drivers, [medians[d][2] * k for d in delays])
+    # (the slope of the least-squares line of the workers' CPU against the driver's)
+    workers_per_driver = float(np.polyfit(drivers, [medians[d][2] * k for d in delays], 1)[0])
     machine_per_driver = 1 + workers_per_driver  # (the driver's own µs, and the workers')
     estimate = []
     if probes:
