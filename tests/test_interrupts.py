@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.call_state import hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import LaneCall, Lanes, answer_part, lane_ticket
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env._engine.transports.tcp import StreamRows
@@ -46,11 +46,9 @@ STEP_CODE: list[Callable[..., Any]] = [
     Lanes.launch,
     Lanes.plan,
     Lanes.ring,
-    LaneCall.__init__,
     Lanes.wait,
     Lanes.wait_held,
     Lanes.batch,
-    LaneCall.tickets,
     ChannelTransport.read_lane,
     ChannelTransport._answer,
     type(DEFERRED).poll,
@@ -68,12 +66,10 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
     ChannelTransport._rows_in,
     StreamRows.take,
-    LaneCall.tickets,
-    lane_ticket,
     ChannelTransport.read_lane,
     ChannelTransport._answer,
-    ChannelTransport.adopt,
     ChannelTransport.settle,
+    ChannelTransport._settle_messages,
 ]
 
 
@@ -98,19 +94,16 @@ RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Lanes.wait,
     Lanes.wait_held,
     ChannelTransport._take_infos,
-    LaneCall.tickets,
-    lane_ticket,
-    ChannelTransport.adopt,
     ChannelTransport.settle,
 ]
 
 
-#: Where a verb that reads the workers' pipes makes the tickets of a step pending on the lanes.
+#: Where a verb that reads the workers' pipes settles the tickets of a step pending on the lanes.
 PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
     Engine._beside_pending,
-    LaneCall.tickets,
-    lane_ticket,
-    ChannelTransport.adopt,
+    ChannelTransport.pump,
+    ChannelTransport._settle_messages,
+    ChannelTransport._received,
 ]
 
 
@@ -130,7 +123,6 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     ChannelTransport._rows_in,
     StreamRows.take,
     Lanes.batch,
-    answer_part,
     hand_out,
 ]
 
@@ -218,10 +210,11 @@ def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transpor
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_ctrl_c_as_a_verb_makes_a_pending_steps_tickets_leaves_step_wait_its_results(transport):
-    """Ctrl-C anywhere as `run_on_workers` makes a pending lane step's tickets: it stays whole.
+def test_ctrl_c_as_a_verb_settles_a_pending_steps_tickets_leaves_step_wait_its_results(transport):
+    """Ctrl-C anywhere as `run_on_workers` reads a pending lane step's replies: it stays whole.
 
-    The step stays pending (only `step_wait` takes it): its tickets are all made, or none.
+    The step stays pending (only `step_wait` takes it): each reply settles its ticket or waits
+    in the pipe, and `step_wait` hands the results out.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
@@ -232,7 +225,7 @@ def test_ctrl_c_as_a_verb_makes_a_pending_steps_tickets_leaves_step_wait_its_res
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
                 with interrupt_at_line(function, line) as fired:
-                    worker_pids(envs)  # (reads the pipes: the step's tickets are made first)
+                    worker_pids(envs)  # (reads the pipes: the step's replies settle its tickets)
             fired_in += bool(fired)
             obs = envs.step_wait(timeout=60)[0]
             assert obs[:, 0].tolist() == [float(steps)] * 4, (function, line)

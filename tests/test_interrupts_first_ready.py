@@ -21,9 +21,9 @@ from ray_multiprocess_env._engine import call_state, first_ready_lanes
 from ray_multiprocess_env._engine.call_state import CallState, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
-from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, LaneSend
+from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes, lane_ticket
+from ray_multiprocess_env._engine.lanes import Lanes, Sent
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env.errors import RemoteEnvError
@@ -43,10 +43,11 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState.take_sent,
     CallState.put_sent,
     CallState.make_tickets,
-    LaneSend.ticket,
+    Sent.ticket,
     hand_out,
     FirstReadyLanes.recv,
     FirstReadyLanes._read,
+    Sent.read,
     FirstReadyLanes._parts,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
@@ -81,10 +82,10 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.recv,
     FirstReadyLanes._read,
+    Sent.read,
     ChannelTransport._take_infos,
     CallState.make_tickets,
-    LaneSend.ticket,
-    lane_ticket,
+    Sent.ticket,
     ChannelTransport.adopt,
     ChannelTransport.settle,
     FirstReadyVerbs.recv,
@@ -256,7 +257,7 @@ def test_ctrl_c_at_any_line_of_a_take_over_of_info_dict_answers_loses_no_result(
 
     Worker 1's answer (a record, its info dicts after it) is read on the lanes, then worker
     0's pickle (env 0 raises; env 1, beside it, is slow) hands both to the slow path: the
-    ticket made of worker 1's answer carries the dicts read (`lane_ticket`'s `INFOS`). Each
+    ticket made of worker 1's answer carries the dicts read (`Sent.ticket`'s `INFOS`). Each
     env's result and info dict still come back exactly once.
     """
     from ray_multiprocess_env import TianshouVectorEnv

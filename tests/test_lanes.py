@@ -1,7 +1,7 @@
 """Steps and resets, synchronous and first-ready, on the lanes, where the slow path takes over.
 
-A step or reset on the lanes has no tickets until something needs them
-(`lanes.LaneCall.tickets`, `first_ready_lanes.LaneSend.ticket`). These are the moments when a
+A first-ready step or reset on the lanes has no tickets until something needs them
+(`lanes.Sent.ticket`); a lockstep one's are settled by the lanes' read. These are the moments when a
 reply could be read by nobody's ticket, or a call could wait for an answer to a message not all
 written: a worker that answered and then died while the other still steps, a verb that reads
 the workers' pipes while a `step_async` is pending or first-ready steps or resets are out, a

@@ -37,7 +37,6 @@ __all__ = [
     "CallState",
     "InFlightWords",
     "LaneSent",
-    "LazyTickets",
     "State",
     "T",
     "as_is",
@@ -101,19 +100,8 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class LazyTickets(Protocol):
-    """A step or reset sent with no tickets (`lanes.LaneCall`): they are made when needed."""
-
-    @property
-    def made(self) -> bool:
-        """Whether `tickets` made them already."""
-
-    def tickets(self) -> list[Ticket]:
-        """A ticket per worker, made at the first call (the same ones after)."""
-
-
 class LaneSent(Protocol):
-    """A first-ready step or reset of a worker's envs sent with no ticket (`LaneSend`)."""
+    """A first-ready step or reset of a worker's envs sent with no ticket (`lanes.Sent`)."""
 
     @property
     def op(self) -> str:
@@ -134,30 +122,13 @@ class LaneSent(Protocol):
 class Call:
     """One operation launched on some workers: a ticket per worker.
 
-    A step or reset sent on the workers' lanes (`lanes`) has no tickets until something
-    other than the lanes looks at them: then `tickets` makes them, each settled by its reply.
+    `lanes`: rung on the workers' lanes (`lanes.Lanes`), whose wait reads its answers.
     """
 
-    __slots__ = ("_tickets", "label", "lanes", "op")
+    __slots__ = ("label", "lanes", "op", "tickets")
 
-    def __init__(
-        self, op: str, label: str, tickets: list[Ticket] | None, lanes: LazyTickets | None = None
-    ) -> None:
-        self.op, self.label, self._tickets, self.lanes = op, label, tickets, lanes
-
-    @property
-    def has_tickets(self) -> bool:
-        """Whether its tickets exist (a lane step's are made only when something needs them)."""
-        return self._tickets is not None or (self.lanes is not None and self.lanes.made)
-
-    @property
-    def tickets(self) -> list[Ticket]:
-        """A ticket per worker called."""
-        tickets = self._tickets
-        if tickets is None:
-            assert self.lanes is not None  # (one or the other, always)
-            tickets = self._tickets = self.lanes.tickets()
-        return tickets
+    def __init__(self, op: str, label: str, tickets: list[Ticket], lanes: bool = False) -> None:
+        self.op, self.label, self.tickets, self.lanes = op, label, tickets, lanes
 
 
 class CallState:

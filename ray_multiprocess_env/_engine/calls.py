@@ -243,8 +243,6 @@ class Calls:
         The reports its steps carried are owed (`LostEpisodes.owe_tickets`): it did not
         reach the user.
         """
-        if not call.has_tickets:  # (a lane step: nothing waits for its replies already)
-            return
         for ticket in call.tickets:
             if ticket.outcome is None and ticket.transport is not None:
                 ticket.transport.forget(ticket)

@@ -352,14 +352,11 @@ class Engine(StepVerbs):
     def _beside_pending(self, name: str) -> None:
         """The checks of a verb `name` that may run while a `step_async` is pending: open.
 
-        A step pending on the lanes, and the first-ready steps and resets they sent, have
-        their tickets made first: this verb reads the workers' pipes, and a reply read with no
-        ticket waiting for it would be dropped.
+        The first-ready steps and resets the lanes sent have their tickets made first: this
+        verb reads the workers' pipes, and a reply read with no ticket waiting for it would be
+        dropped.
         """
         self._state.check_open(name)
-        pending = self._state.pending
-        if pending is not None:
-            pending.tickets  # noqa: B018 - (made now, if not yet)
         if self._state.sent:
             self._state.make_tickets()
 

@@ -1,10 +1,10 @@
 """First-ready calls on the workers' lanes: no ticket or outcome while all is well.
 
 `FirstReadyLanes.send` writes the actions of whole workers' envs into their rows and rings
-each worker's doorbell (`lanes.Lane`), keeping a `LaneSend` per worker in the call state
-(`CallState.sent`): the lane, the actions, the sequence number. `FirstReadyLanes.reset`
-(``async_reset``) posts each worker's reset as `Lanes.launch_reset` does and keeps a
-`LaneSend` of it, whose answer is handed out as a step's. `recv` reads the answers of
+each worker's doorbell (`lanes.Lane`), keeping a `lanes.Sent` per worker in the call state
+(`CallState.sent`): the lane, the actions, the sequence number, the answer once read.
+`FirstReadyLanes.reset` (``async_reset``) posts each worker's reset as `Lanes.launch_reset`
+does and keeps a `Sent` of it, whose answer is handed out as a step's. `recv` reads the answers of
 those workers (`read_lane`: a status record; or a reply with its rows in place and one info
 dict per env, SB3's layout) until enough envs are in, and hands their rows out of the store,
 all or nothing under a Ctrl-C: one that lands before the results are made leaves them in
@@ -14,7 +14,7 @@ Anything else hands the calls to the slow path (`FirstReadyVerbs`), none taken o
 (`NotHot`): a reply that is not an answer in place (an env error, a death, infos off the columns),
 the deadline, a worker replaced or its pipe broken, a doorbell the socket took only part of, owed
 lost-episode reports, a reset the slow path sent. Reading `CallState.in_flight` makes a ticket of
-each `LaneSend` (`LaneSend.ticket`), settled by its answer read already or still to come, so the
+each `Sent` (`Sent.ticket`), settled by its answer read already or still to come, so the
 slow path finds the calls as if it had sent them (a `recv` that gives up after reading makes them at
 once, before a Ctrl-C can land). So does every verb that reads the workers' pipes while they are out
 (`CallState.check_idle` with `in_flight_ok`, `Engine._beside_pending`): a reply read with no ticket
@@ -30,46 +30,19 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import CallState, State, T
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lane, Lanes, answer_part, lane_ticket
+from ray_multiprocess_env._engine.lanes import Lanes, Sent
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
-from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER
+from ray_multiprocess_env._engine.transports.channel import NOTHING, OTHER
 from ray_multiprocess_env._protocol.status import Reply
 
-__all__ = ["FirstReadyLanes", "LaneSend", "NotHot"]
+__all__ = ["FirstReadyLanes", "NotHot"]
 
 
 class NotHot(Exception):
     """A first-ready `recv` is the slow path's to do (nothing was taken out of flight)."""
-
-
-class LaneSend:
-    """A first-ready step or reset (`op`) of all of one worker's envs, with no ticket.
-
-    `args` are what its ticket needs (`lanes.lane_ticket`): a step's actions, a reset's args.
-    `code` is its answer as read (`status.code_of`; `NOTHING` until then, `OTHER` for a
-    reply left to its transport's `settle`, `INFOS` for one whose info dicts are in `infos`).
-    """
-
-    __slots__ = ("args", "code", "envs", "infos", "lane", "op", "seq", "worker")
-
-    def __init__(self, op: str, lane: Lane, args: Any, seq: int) -> None:
-        self.op, self.lane, self.args, self.seq = op, lane, args, seq
-        self.worker, self.envs = lane.worker, lane.envs
-        self.code = NOTHING
-        self.infos: tuple[dict[int, Any], bool] | None = None
-
-    def ticket(self) -> Ticket:
-        """A ticket that stands for it, settled by its answer (read already, left, or to come).
-
-        Call it with interrupts held back.
-        """
-        ticket = lane_ticket(self.lane, self.op, self.args, self.seq, self.code, self.infos)
-        if self.code == OTHER:  # (read and left: now that a ticket stands for it)
-            self.lane.transport.settle()
-        return ticket
 
 
 class FirstReadyLanes:
@@ -94,7 +67,7 @@ class FirstReadyLanes:
             if state.has_call_to(lane.worker):
                 return False  # (the slow path says why, or sends it with the others)
         with DEFERRED:  # rung and in flight, or neither
-            sent = [LaneSend("step", lane, c, lane.transport.ring(c)) for lane, c in rung]
+            sent = [Sent("step", lane, c, lane.transport.ring(c)) for lane, c in rung]
             state.put_sent(sent)
         return True
 
@@ -109,7 +82,7 @@ class FirstReadyLanes:
         called, messages, kept = posts
         with DEFERRED:  # posted and in flight, or neither
             sent = [
-                LaneSend("reset", lane, worker_args, lane.transport.post(message))
+                Sent("reset", lane, worker_args, lane.transport.post(message))
                 for lane, message, worker_args in zip(called, messages, kept, strict=True)
             ]
             self._state.put_sent(sent)
@@ -126,7 +99,7 @@ class FirstReadyLanes:
         while the results are handed out, leaves them in flight.
         """
         state = self._state
-        sent, tickets = cast("list[LaneSend]", state.sent), state.ticketed
+        sent, tickets = cast("list[Sent]", state.sent), state.ticketed
         found = None if self._pool.lost_episodes.any else self._lanes.now()
         if found is None:
             raise NotHot
@@ -147,7 +120,7 @@ class FirstReadyLanes:
                 raise NotHot  # (a reset, a worker replaced, a partial reply's rest)
             key |= 1 << ticket.worker
         poller, by_fd, _ = found.polled(key)
-        done: list[LaneSend] = []
+        done: list[Sent] = []
         put: list[tuple[Ticket, str]] = []
         taken = False
         try:
@@ -193,10 +166,10 @@ class FirstReadyLanes:
             raise
 
     @staticmethod
-    def _read(sent: list[LaneSend], worker: int, transport: Any) -> int:
+    def _read(sent: list[Sent], worker: int, transport: Any) -> int:
         """Read what came from `worker` on `transport`, readable (interrupts held back).
 
-        The answer to its `LaneSend` if it has one (its `code`: then how many envs it
+        The answer to its `Sent` if it has one (its `code`: then how many envs it
         answered for, else 0), else the replies of its tickets (settled by `read_lane`, or by
         `settle`, as the slow path's read would; 0: the caller counts those). `NotHot` if the
         answer is not the lanes' (left for the slow path, which finds it), or if the pipe
@@ -211,18 +184,15 @@ class FirstReadyLanes:
             return 0
         if item.code != NOTHING:  # (answered, and readable again: its end, most likely;
             raise NotHot  # left to the slow path's read, which finds it)
-        code = transport.read_lane()
+        code = item.read()
         if code == NOTHING:
             return 0  # (part of a message)
-        item.code = code
-        if code == INFOS:
-            item.infos = transport.infos
-        elif code == OTHER:
+        if code == OTHER:
             raise NotHot
         return len(item.envs)
 
     def _parts(
-        self, sent: list[LaneSend], tickets: list[Ticket]
+        self, sent: list[Sent], tickets: list[Ticket]
     ) -> tuple[np.ndarray, list[tuple[int, Any]], bool]:
         """The envs, infos and API of the batch of these answers (`BatchStore.rows_of`'s).
 
@@ -231,14 +201,14 @@ class FirstReadyLanes:
         """
         if len(sent) == 1 and not tickets:  # (one worker's envs: the usual)
             item = sent[0]
-            infos, old_api = answer_part(item.code, item.infos)
+            infos, old_api = item.part()
             lane = item.lane
             env_ids = np.arange(lane.start, lane.stop, dtype=np.int64)
             return env_ids, [(lane.start, infos)], old_api
         parts: list[tuple[int, Any]] = []
         old_api, ids = False, []
         for item in sent:
-            infos, old = answer_part(item.code, item.infos)
+            infos, old = item.part()
             parts.append((item.lane.start, infos))
             old_api |= old
             ids.append(item.envs)
@@ -261,7 +231,7 @@ def _first(envs: range) -> int:
     return envs.start
 
 
-def _envs_in(sent: list[LaneSend], tickets: list[tuple[Ticket, str]]) -> int:
+def _envs_in(sent: list[Sent], tickets: list[tuple[Ticket, str]]) -> int:
     """How many envs the answers read so far cover: the lanes' and the tickets'."""
     envs_in = 0
     for item in sent:
@@ -273,7 +243,7 @@ def _envs_in(sent: list[LaneSend], tickets: list[tuple[Ticket, str]]) -> int:
     return envs_in
 
 
-def _all_in(sent: list[LaneSend], tickets: list[tuple[Ticket, str]]) -> bool:
+def _all_in(sent: list[Sent], tickets: list[tuple[Ticket, str]]) -> bool:
     """Whether every call in flight was answered (then `recv` takes what there is)."""
     for item in sent:
         if item.code == NOTHING:
@@ -281,7 +251,7 @@ def _all_in(sent: list[LaneSend], tickets: list[tuple[Ticket, str]]) -> bool:
     return all(ticket.outcome is not None for ticket, _ in tickets)
 
 
-def _put_back(state: CallState, put: list[tuple[Ticket, str]], sent: list[LaneSend]) -> None:
+def _put_back(state: CallState, put: list[tuple[Ticket, str]], sent: list[Sent]) -> None:
     """Undo a hand-out a Ctrl-C cut: answered, in flight again for the next `recv`.
 
     All or nothing, and once: a second run finds both lists emptied.

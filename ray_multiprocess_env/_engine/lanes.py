@@ -1,4 +1,4 @@
-"""The workers' lanes: a step or a reset with no ticket, outcome or pickle while all is well.
+"""The workers' lanes: a step or a reset with no outcome object or pickle while all is well.
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
 follow the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once
@@ -7,22 +7,21 @@ all are hot, with pollers of the sets of their pipes that first-ready calls wait
 (`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
 `Engine.step` calls the two itself, to ring, wait and hand out in one block); `launch_reset`
 sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
-what counts). Either keeps only the sequence numbers (`LaneCall`); `Lanes.wait` reads each
-answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
-whether old gym's API; or `INFOS`, with the info dicts per env after it), and `batch` or
-`replies` hands the results out of the store.
+what counts). Either sends each message with its ticket waiting for the reply, as the slow
+path does (`Calls.launch`); `Lanes.wait` reads each answer, a 16-byte header and a 16-byte
+record (`status.code_of`: the info columns written, whether old gym's API; or `INFOS`, with the
+info dicts per env after it), which settles the ticket with a shared outcome of that code, and
+`batch` or `replies` hands the results out of the store.
 Interrupts are held back from the first message to the last answer, and let through only
 while ``poll`` blocks, where nothing is half read.
 
-Nothing needs undoing when a call is given up (a Ctrl-C): its replies come with no ticket
-waiting for them and are dropped. Anything but an answer of everything in place (an env
-error, a death, infos off the columns), a timeout, a message the socket took only part of
-(TCP's, with its action rows), or a close hands the call to the slow path (`Calls`): its
-`Call.tickets` are made then (`LaneCall.tickets`), each settled by its reply, read already or
-still to come, so the slow path finds the call as if it had sent it. A verb that reads the
-pipes while a step is pending (`Engine.run_on_workers`, say) makes them first. A worker that
-keeps an info dict per env (SB3's and Tianshou's layout) answers with a record too, with the
-pickle of those dicts after it (`INFOS`, `status.answer_infos`): its only pickle.
+Nothing needs undoing when a call is given up (a Ctrl-C): its replies settle tickets nobody
+holds. Anything but an answer of everything in place (an env error, a death, infos off the
+columns), a timeout, a message the socket took only part of (TCP's, with its action rows), or
+a close leaves the call to the slow path (`Calls`): its tickets are settled by their replies,
+read already or still to come, as if it had sent them. A worker that keeps an info dict per
+env (SB3's and Tianshou's layout) answers with a record too, with the pickle of those dicts
+after it (`INFOS`, `status.answer_infos`): its only pickle.
 """
 
 from __future__ import annotations
@@ -48,17 +47,14 @@ from ray_multiprocess_env._engine.transports.base import (
     timeout_ms,
 )
 from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER, ChannelTransport
-from ray_multiprocess_env._protocol.status import reply_of_code, reply_of_infos
 
 __all__ = [
     "Lane",
-    "LaneCall",
     "LaneSet",
     "Lanes",
     "Polled",
+    "Sent",
     "StepPlan",
-    "answer_part",
-    "lane_ticket",
 ]
 
 #: A poller of some workers' pipes, with each descriptor's worker and its place among them.
@@ -115,94 +111,68 @@ class LaneSet:
 StepPlan = tuple[list[Lane], list[Any]]
 
 
-class LaneCall:
-    """A step or reset of some workers (`lanes`) sent with no ticket (module docstring).
+class Sent:
+    """One worker's first-ready step or reset sent on its lane with no ticket, and its answer.
 
-    `args` are what each worker's ticket needs, should the slow path take over (a step's
-    actions, a reset's args; `lane_ticket`). `codes` holds each worker's answer as read
-    (`status.code_of`; `NOTHING` until then, `OTHER` for a reply left to its transport's
-    `settle`, `INFOS` for one whose info dicts are in `infos`); `left` counts those not in.
-    Made as soon as its messages were sent (with interrupts held back): one the socket took
-    only part of (TCP's action rows), or a pipe that closed as it was written, has its
-    tickets made at once, and the call is the slow path's to wait for (it writes the rest, or
-    restarts).
+    The first-ready calls in flight on the lanes keep one per worker (`CallState.sent`).
+    `args` are what its ticket needs, should the slow path take over (`ticket`): a step's
+    actions, a reset's args. `code` is its answer as read (`read`: `status.code_of`;
+    `NOTHING` until then, `OTHER` for a reply left to its transport's `settle`, `INFOS` for
+    one whose info dicts are in `infos`).
     """
 
-    __slots__ = (
-        "_made", "args", "codes", "infos", "lanes", "left", "op", "seqs",
-    )  # fmt: skip
+    __slots__ = ("args", "code", "envs", "infos", "lane", "op", "seq", "worker")
 
-    def __init__(self, op: str, lanes: list[Lane], args: list[Any], seqs: list[int]) -> None:
-        self.op, self.lanes, self.args, self.seqs = op, lanes, args, seqs
-        count = len(seqs)
-        self.codes = [NOTHING] * count
-        self.infos: list[tuple[dict[int, Any], bool] | None] = [None] * count
-        self.left = count
-        self._made: list[Ticket] | None = None
-        for lane in lanes:
-            transport = lane.transport
-            if transport.wants_write or transport.broken:
-                self.tickets()
-                break
+    def __init__(self, op: str, lane: Lane, args: Any, seq: int) -> None:
+        self.op, self.lane, self.args, self.seq = op, lane, args, seq
+        self.worker, self.envs = lane.worker, lane.envs
+        self.code = NOTHING
+        self.infos: tuple[dict[int, Any], bool] | None = None
 
-    @property
-    def made(self) -> bool:
-        """Whether the tickets were made: the call is the slow path's from then on."""
-        return self._made is not None
+    def read(self) -> int:
+        """Read its answer, readable now: `read_lane`'s code, kept unless it is `NOTHING`.
 
-    def tickets(self) -> list[Ticket]:
-        """A ticket per worker, each settled by its answer (read already, left, or to come)."""
-        made = self._made
-        if made is None:
-            with DEFERRED:  # (adopted by their transports and kept, or neither)
-                op = self.op
-                made = [
-                    lane_ticket(lane, op, args, seq, code, infos)
-                    for lane, args, seq, code, infos in zip(
-                        self.lanes, self.args, self.seqs, self.codes, self.infos, strict=True
-                    )
-                ]
-                for lane, code in zip(self.lanes, self.codes, strict=True):
-                    if code == OTHER:  # (read and left: now that a ticket stands for it)
-                        lane.transport.settle()
-                self._made = made
-        return made
+        Call it with interrupts held back.
+        """
+        transport = self.lane.transport
+        code = transport.read_lane()
+        if code != NOTHING:
+            self.code = code
+            if code == INFOS:
+                self.infos = transport.infos
+        return code
 
+    def part(self) -> tuple[Any, bool]:
+        """Its worker's infos (as the store takes them) and whether it spoke old gym's API."""
+        code = self.code
+        if code >= 0:  # (a record: `status.reply_of_code`)
+            return (None, code >> 1), bool(code & 1)
+        return self.infos  # type: ignore[return-value]  # (`INFOS`: read with its dicts)
 
-def lane_ticket(
-    lane: Lane, op: str, args: Any, seq: int, code: int, infos: tuple[dict[int, Any], bool] | None
-) -> Ticket:
-    """The ticket of the message `seq` (`op`) sent on `lane`, settled by its answer.
+    def ticket(self) -> Ticket:
+        """A ticket that stands for it, settled by its answer (read already, left, or to come).
 
-    `args`: a step's actions (its ticket's args are ``(args, None)``), or a reset's args.
-
-    `code` and `infos` are what was read of the answer (`LaneCall.codes`): settled here if
-    it was read as the lane's; else its transport adopts it, and the answer settles it when
-    it comes, or when the transport settles what it read and left (`OTHER`: the caller runs
-    `settle` once every ticket is made). Call it with interrupts held back.
-    """
-    step = op == "step"
-    args = (args, None) if step else args
-    ticket = Ticket(lane.worker, lane.generation, op, args, lane.envs, step)
-    if code >= 0 or code == INFOS:  # (read as the lane's: settled here)
-        ticket.transport, ticket.handle = lane.transport, seq
-        if code >= 0:
-            ticket.outcome = outcome_of_code(code)
-        else:  # (`INFOS`: read with its dicts)
-            ticket.outcome = outcome_of_infos(infos)  # type: ignore[arg-type]
-    else:
-        lane.transport.adopt(ticket, seq)
-    return ticket
-
-
-def answer_part(code: int, infos: tuple[dict[int, Any], bool] | None) -> tuple[Any, bool]:
-    """A worker's infos (as the store takes them) and whether it spoke old gym's API.
-
-    Of its answer as the lanes read it: a record's `code`, or `INFOS` and its `infos`.
-    """
-    if code >= 0:  # (a record: `status.reply_of_code`)
-        return (None, code >> 1), bool(code & 1)
-    return infos  # type: ignore[return-value]  # (`INFOS`: read with its dicts)
+        Settled here if the answer was read as the lane's; else its transport adopts it, and
+        the answer settles it when it comes, or now if it was read and left (`OTHER`: the
+        transport's `settle`). Call it with interrupts held back.
+        """
+        lane, op, code = self.lane, self.op, self.code
+        step = op == "step"
+        args = (self.args, None) if step else self.args
+        ticket = Ticket(lane.worker, lane.generation, op, args, lane.envs, step)
+        transport = lane.transport
+        if code >= 0 or code == INFOS:  # (read as the lane's: settled here)
+            ticket.transport, ticket.handle = transport, self.seq
+            if code >= 0:
+                ticket.outcome = outcome_of_code(code)
+            else:  # (`INFOS`: read with its dicts)
+                ticket.outcome = outcome_of_infos(self.infos)  # type: ignore[arg-type]
+            ticket.code = code
+        else:
+            transport.adopt(ticket, self.seq)
+            if code == OTHER:  # (read and left: now that a ticket stands for it)
+                transport.settle()
+        return ticket
 
 
 def _worker_of(item: tuple[Lane, Any]) -> int:
@@ -211,9 +181,9 @@ def _worker_of(item: tuple[Lane, Any]) -> int:
     return worker
 
 
-def _owe_lanes(lost_episodes: LostEpisodes, lanes: list[Lane]) -> None:
-    """The envs of `lanes` owe what the step given up carried (`Lanes.owe_on_interrupt`)."""
-    lost_episodes.owe_again([env for lane in lanes for env in range(lane.start, lane.stop)])
+def _owe_lanes(lost_episodes: LostEpisodes, tickets: list[Ticket]) -> None:
+    """The envs of `tickets` owe what the step given up carried (`Lanes.owe_on_interrupt`)."""
+    lost_episodes.owe_again([env for ticket in tickets for env in ticket.envs])
 
 
 class Lanes:
@@ -276,8 +246,14 @@ class Lanes:
         """Ring the step `plan` (`plan` made it just now): every lane rung, or the step given up."""
         called, chunks = plan
         with DEFERRED:
-            seqs = [lane.transport.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
-            return Call("step", label, None, LaneCall("step", called, chunks, seqs))
+            tickets = []
+            for lane, chunk in zip(called, chunks, strict=True):
+                ticket = Ticket(
+                    lane.worker, lane.generation, "step", (chunk, None), lane.envs, True
+                )
+                lane.transport.ring(chunk, ticket)
+                tickets.append(ticket)
+            return Call("step", label, tickets, True)
 
     def rung(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> list[Any] | None:
         """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.
@@ -320,8 +296,12 @@ class Lanes:
             return None
         called, messages, kept = posts
         with DEFERRED:  # every reset sent, or the call given up
-            seqs = [lane.transport.post(m) for lane, m in zip(called, messages, strict=True)]
-            return Call("reset", label, None, LaneCall("reset", called, kept, seqs))
+            tickets = []
+            for lane, message, worker_args in zip(called, messages, kept, strict=True):
+                ticket = Ticket(lane.worker, lane.generation, "reset", worker_args, lane.envs)
+                lane.transport.post(message, ticket)
+                tickets.append(ticket)
+            return Call("reset", label, tickets, True)
 
     def posts(
         self, args: Sequence[tuple[Any, ...] | None]
@@ -355,8 +335,9 @@ class Lanes:
         """Whether every worker of `call` answered in place (`batch`, `replies` then).
 
         False when the wait reaches `deadline`, when a reply is anything else, or when `call`
-        is not a lane call the slow path has not taken over: the slow path's to wait for and
-        judge (its tickets are made then). A Ctrl-C while it waits gives the call up.
+        was not rung on the lanes: the slow path's to wait for and judge (its tickets are
+        settled by their replies, read already or to come). A Ctrl-C while it waits gives
+        the call up.
         """
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             self.owe_on_interrupt(call)
@@ -365,11 +346,11 @@ class Lanes:
     def owe_on_interrupt(self, call: Call) -> None:
         """If a Ctrl-C ends the caller's block, `call`'s envs owe what their step carried.
 
-        Its replies are dropped then (`LostEpisodes.owe_again`). Call it in that block.
+        Its replies settle tickets nobody holds then (`LostEpisodes.owe_again`). Call it in
+        that block.
         """
-        step = call.lanes
-        if type(step) is LaneCall and step.op == "step":
-            DEFERRED.undo_on_interrupt(_owe_lanes, self._pool.lost_episodes, step.lanes)
+        if call.lanes and call.op == "step":
+            DEFERRED.undo_on_interrupt(_owe_lanes, self._pool.lost_episodes, call.tickets)
 
     def wait_held(self, call: Call, deadline: float | None) -> bool:
         """`wait`, in the caller's block that holds interrupts back (the outermost one).
@@ -385,55 +366,54 @@ class Lanes:
         while it waits for the last, the others answer, and it reads them without sleeping
         again. A worker that is gone is found when its turn comes (its pipe ends).
         """
-        step = call.lanes
-        if type(step) is not LaneCall or step._made is not None:
+        if not call.lanes:
             return False
-        lanes, codes = step.lanes, step.codes
-        for i in range(len(lanes) - 1, -1, -1):
-            lane = lanes[i]
-            if codes[i] != NOTHING:
-                continue
-            transport = lane.transport
-            code = transport.read_lane()
-            while code == NOTHING:
-                timeout = None if deadline is None else timeout_ms(deadline)
-                if not DEFERRED.poll(lane.poller, timeout):
-                    return False  # (at `deadline`: the slow path's wait says so)
+        lanes = self._lanes.lanes
+        for ticket in reversed(call.tickets):
+            if ticket.outcome is None:
+                lane = lanes[ticket.worker]
+                transport = lane.transport
+                if transport is not ticket.transport or transport.wants_write:
+                    return False  # (a worker replaced, or a message not all written)
                 code = transport.read_lane()
-            if code == OTHER:
-                codes[i] = OTHER  # (read and left: `LaneCall.tickets` has it settled)
+                while code == NOTHING:
+                    timeout = None if deadline is None else timeout_ms(deadline)
+                    if not DEFERRED.poll(lane.poller, timeout):
+                        return False  # (at `deadline`: the slow path's wait says so)
+                    code = transport.read_lane()
+                if code == OTHER:  # (read and left: settled now, or the end found again
+                    transport.settle()  # by the slow path's read)
+                    return False
+                if ticket.outcome is None:  # (an answer to a later message: none is sent
+                    return False  # while a lane call waits, but the slow path would know)
+            elif ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                 return False
-            codes[i] = code
-            if code == INFOS:
-                step.infos[i] = transport.infos
-            step.left -= 1
-        return not step.left
+        return True
 
     def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
         """The batch of a step every worker answered (`wait`): of every env, or of `env_ids`.
 
         Records of infos in columns (gymnasium's layout), or `INFOS` (an info dict per env).
         """
-        step: Any = call.lanes
+        tickets = call.tickets
         if env_ids is None:
             written = 0
-            for code in step.codes:
-                written |= code
+            for ticket in tickets:
+                written |= ticket.code
             if written >= 0:  # (every one a record's code)
                 return self._store.whole(written >> 1, bool(written & 1))
         parts, old_api = [], False
-        for lane, code, read in zip(step.lanes, step.codes, step.infos, strict=True):
-            infos, old = answer_part(code, read)
-            parts.append((lane.start, infos))
-            old_api |= old
+        for ticket in tickets:
+            reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered: `wait`)
+            parts.append((ticket.envs[0], reply.infos))
+            old_api |= reply.old_api
         if env_ids is None:
             return self._store.batch(parts, old_api)
         return self._store.rows_of(env_ids, parts, old_api)
 
     def replies(self, call: Call) -> list[Any]:
         """One reply per worker (None where not called) of a reset every worker answered."""
-        reset: Any = call.lanes
         out: list[Any] = [None] * len(self._lists)
-        for lane, code, infos in zip(reset.lanes, reset.codes, reset.infos, strict=True):
-            out[lane.worker] = reply_of_code(code) if code >= 0 else reply_of_infos(*infos)
+        for ticket in call.tickets:
+            out[ticket.worker] = ticket.outcome.value  # type: ignore[union-attr]  # (`wait`)
         return out

@@ -71,10 +71,13 @@ class Ticket:
 
     `envs` are the global indices of the envs it concerns; `shared_args` says that its first
     argument (a step's actions) is also in shared memory, for a transport that shares it.
+    `code` is how the lanes read its answer (`channel.ChannelTransport.read_lane`): a status
+    record's `status.code_of`, or `channel.INFOS`; -1 (`channel.OTHER`) for anything else.
     """
 
     __slots__ = (
         "args",
+        "code",
         "envs",
         "generation",
         "handle",
@@ -99,6 +102,7 @@ class Ticket:
         self.transport: Transport | None = None  # set by `Transport.submit`
         self.handle: Any = None  # the transport's own: a Ray object ref, a sequence number
         self.outcome: Outcome | None = None
+        self.code = -1
 
 
 class Waiter(Protocol):

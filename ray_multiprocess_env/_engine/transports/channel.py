@@ -246,27 +246,31 @@ class ChannelTransport:
             and actions.shape == leaf.shape
         )
 
-    def ring(self, actions: np.ndarray) -> int:
+    def ring(self, actions: np.ndarray, ticket: Ticket | None = None) -> int:
         """Send a step of all of this worker's envs as a doorbell: its sequence number.
 
         The lanes'; call it with interrupts held back, after `can_ring`. The actions go into
-        the rows, the doorbell onto the channel (with the rows, if they travel). No ticket
-        waits for the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
+        the rows, the doorbell onto the channel (with the rows, if they travel). `read_lane`
+        reads the reply; `ticket`, if given, waits for it (`post`).
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
-        return self.post(self._rows.message(DOORBELL, None))  # type: ignore[union-attr]
+        return self.post(self._rows.message(DOORBELL, None), ticket)  # type: ignore[union-attr]
 
     def can_post(self) -> bool:
         """Whether `post` can send a message now: the worker answered all, nothing waits."""
         return not self.broken and self._answered == self._seq and not self._outbox.pending
 
-    def post(self, data: bytes) -> int:
+    def post(self, data: bytes, ticket: Ticket | None = None) -> int:
         """Send the message `data` (`encode_op`'s, or `ring`'s doorbell): its sequence number.
 
-        The lanes'; call it with interrupts held back, after `can_post`. No ticket waits for
-        the reply: `read_lane` reads it, or a ticket made later does (`adopt`).
+        The lanes'; call it with interrupts held back, after `can_post`. `ticket`, if given,
+        waits for the reply (`read_lane` settles it); else none does, unless one made later
+        is `adopt` ed.
         """
         self._seq = seq = self._seq + 1
+        if ticket is not None:
+            ticket.transport, ticket.handle = self, seq
+            self._waiting[seq] = ticket
         if not self._outbox.send(self._go, seq, data):
             self._break()  # the worker closed its end: it is gone (as in `submit`)
         return seq
@@ -328,7 +332,7 @@ class ChannelTransport:
         if self._waiting:  # (a ticket stands for the step: first-ready's)
             ticket = self._waiting.pop(seq, None)
             if ticket is not None:
-                ticket.outcome = outcome_of_code(code)
+                ticket.outcome, ticket.code = outcome_of_code(code), code
         return code
 
     def _rows_in(self, payload: bytes) -> bool:
@@ -356,7 +360,7 @@ class ChannelTransport:
         self._answered, self.infos = seq, answer
         ticket = self._waiting.pop(seq, None)
         if ticket is not None:
-            ticket.outcome = outcome_of_infos(answer)
+            ticket.outcome, ticket.code = outcome_of_infos(answer), INFOS
         return True
 
     def _leave(self, messages: list[tuple[int, bytes]], ended: bool) -> None:
