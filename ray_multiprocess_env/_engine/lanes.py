@@ -78,13 +78,27 @@ class Lane:
 
 
 class LaneSet:
-    """Every worker's lane, as made once all were hot, and pollers of sets of their pipes."""
+    """Every worker's lane, as made once all were hot, and pollers of sets of their pipes.
 
-    __slots__ = ("lanes", "pollers")
+    `actions`: the dtype and shape of a batch of every env's actions that each lane can ring
+    its slice of (`ChannelTransport.ring`); None if one cannot (its layout has no one array).
+    """
 
-    def __init__(self, lanes: list[Lane]) -> None:
+    __slots__ = ("actions", "lanes", "pollers")
+
+    def __init__(self, lanes: list[Lane], num_envs: int) -> None:
         self.lanes = lanes
         self.pollers: dict[int, Polled] = {}
+        self.actions: tuple[np.dtype[Any], tuple[int, ...]] | None = None
+        rows = [lane.transport.action_rows for lane in lanes]
+        first = rows[0] if rows else None
+        if first is not None and all(
+            r is not None
+            and r.dtype == first.dtype
+            and r.shape == (lane.stop - lane.start, *first.shape[1:])
+            for lane, r in zip(lanes, rows, strict=True)
+        ):
+            self.actions = first.dtype, (num_envs, *first.shape[1:])
 
     def polled(self, key: int) -> Polled:
         """A poller of the pipes of the workers in `key` (a bit each).
@@ -194,7 +208,7 @@ class Lanes:
         workers = pool.workers
         self._owner = [w.index for w in workers for _ in w.envs]  # each env's worker
         self._lists = [w.env_list for w in workers]
-        self._lanes = LaneSet([])  # every worker's lane while all are hot
+        self._lanes = LaneSet([], 0)  # every worker's lane while all are hot
         self._made = -1  # `Worker.transports_set` when they were made
 
     def now(self) -> LaneSet | None:
@@ -210,7 +224,8 @@ class Lanes:
         if [lane.transport for lane in self._lanes.lanes] != transports:  # (by identity)
             if not all_hot(transports):
                 return None  # (looked at again at the next call)
-            self._lanes = LaneSet([Lane(worker) for worker in self._pool.workers])
+            lanes = [Lane(worker) for worker in self._pool.workers]
+            self._lanes = LaneSet(lanes, self._pool.num_envs)
         self._made = made
         return self._lanes
 
@@ -222,7 +237,10 @@ class Lanes:
         nothing waits for its replies.
         """
         plan = self.plan(actions, env_ids)
-        return None if plan is None else self.ring(plan, label)
+        if plan is None:
+            return None
+        with DEFERRED:
+            return self.ring(plan, label)
 
     def plan(self, actions: Any, env_ids: Any = None) -> StepPlan | None:
         """The lanes and actions of a step `launch` would ring (None: not the lanes')."""
@@ -233,27 +251,29 @@ class Lanes:
             return None
         if env_ids is not None:
             return self._some(found, actions, env_ids)
-        called, chunks = found.lanes, []  # (every worker: the usual, kept lean)
+        layout = found.actions  # (every worker: the usual, kept lean)
+        if layout is None or actions.dtype != layout[0] or actions.shape != layout[1]:
+            return None
+        called, chunks = found.lanes, []
         for lane in called:
-            chunk = actions[lane.start : lane.stop]
-            if not lane.transport.can_ring(chunk):
+            if not lane.transport.can_post():  # (then its rows take its slice: `can_ring`)
                 return None
-            chunks.append(chunk)
+            chunks.append(actions[lane.start : lane.stop])
         return called, chunks
 
     @staticmethod
     def ring(plan: StepPlan, label: str) -> Call:
-        """Ring the step `plan` (`plan` made it just now): every lane rung, or the step given up."""
+        """Ring the step `plan` (`plan` made it just now): every lane rung, or the step given up.
+
+        Call it with interrupts held back.
+        """
         called, chunks = plan
-        with DEFERRED:
-            tickets = []
-            for lane, chunk in zip(called, chunks, strict=True):
-                ticket = Ticket(
-                    lane.worker, lane.generation, "step", (chunk, None), lane.envs, True
-                )
-                lane.transport.ring(chunk, ticket)
-                tickets.append(ticket)
-            return Call("step", label, tickets, True)
+        tickets = []
+        for lane, chunk in zip(called, chunks, strict=True):
+            ticket = Ticket(lane.worker, lane.generation, "step", (chunk, None), lane.envs, True)
+            lane.transport.ring(chunk, ticket)
+            tickets.append(ticket)
+        return Call("step", label, tickets, True)
 
     def rung(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> list[Any] | None:
         """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.

@@ -178,6 +178,11 @@ class ChannelTransport:
         return self._go
 
     @property
+    def action_rows(self) -> np.ndarray | None:
+        """The rows of actions `ring` writes: the worker's, in the batch's layout (or None)."""
+        return self._leaf
+
+    @property
     def wants_write(self) -> bool:
         """Whether part of a message still waits to be written."""
         return bool(self._outbox.pending)
