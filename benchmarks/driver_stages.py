@@ -40,14 +40,14 @@ STAGES = [
     (face.GymnasiumVectorEnv, "recv", "`recv`: all of it"),
     (type(interrupts.DEFERRED), "poll", "  waiting: `poll` (and the wake-up)"),
     (channel.ChannelTransport, "read_lane", "  reading the reply"),
-    (first_ready_lanes.FirstReadyLanes, "_parts", "  the answers' envs and infos"),
-    (call_state.CallState, "take_sent", "  the call state: out of flight"),
+    (first_ready_lanes, "_parts", "  the answers' envs and infos"),
+    (call_state.CallState, "take", "  the call state: out of flight"),
     (store.BatchStore, "rows_of", "  the rows: copies of obs, rewards, flags, info columns"),
     (face.GymnasiumVectorEnv, "_received", "  the face's results"),
     (face.GymnasiumVectorEnv, "send", "`send`: all of it (the face's checks included)"),
     (first_ready.FirstReadyVerbs, "send", "  the engine's `send`"),
     (channel.ChannelTransport, "ring", "    actions in, doorbell written"),
-    (call_state.CallState, "put_sent", "    the call state: in flight"),
+    (call_state.CallState, "put_in_flight", "    the call state: in flight"),
 ]
 
 

@@ -68,7 +68,6 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     StreamRows.take,
     ChannelTransport.read_lane,
     ChannelTransport._answer,
-    ChannelTransport.settle,
     ChannelTransport._settle_messages,
 ]
 
@@ -94,7 +93,6 @@ RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Lanes.wait,
     Lanes.wait_held,
     ChannelTransport._take_infos,
-    ChannelTransport.settle,
 ]
 
 

@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes, Sent
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env.errors import RemoteEnvError
@@ -40,15 +40,9 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState.take,
     CallState._settle_state,
     CallState.put_in_flight,
-    CallState.take_sent,
-    CallState.put_sent,
-    CallState.make_tickets,
-    Sent.ticket,
     hand_out,
     FirstReadyLanes.recv,
-    FirstReadyLanes._read,
-    Sent.read,
-    FirstReadyLanes._parts,
+    first_ready_lanes._parts,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
 ]
@@ -60,7 +54,6 @@ SEND_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.send,
     Lanes.rung,
     CallState.has_call_to,
-    CallState.put_sent,
     CallState.put_in_flight,
     Calls.launch,  # (the slow path's: the pipe and Ray transports, some of a worker's envs)
 ]
@@ -72,7 +65,6 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.reset,
     Lanes.posts,
     ChannelTransport.post,
-    CallState.put_sent,
     CallState.put_in_flight,
     Calls.launch,  # (the slow path's: the pipe and Ray transports)
 ]
@@ -81,13 +73,10 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 #: Where `recv` hands the calls the lanes sent to the slow path (an env raised in one).
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.recv,
-    FirstReadyLanes._read,
-    Sent.read,
+    ChannelTransport.read_lane,
     ChannelTransport._take_infos,
-    CallState.make_tickets,
-    Sent.ticket,
-    ChannelTransport.adopt,
-    ChannelTransport.settle,
+    ChannelTransport._settle_messages,
+    ChannelTransport._received,
     FirstReadyVerbs.recv,
 ]
 
@@ -121,12 +110,10 @@ HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyLanes.recv]
 HELD_DOWN: list[Callable[..., Any]] = [
     hand_out,
     call_state._put_back,
-    FirstReadyLanes._parts,
+    first_ready_lanes._parts,
     first_ready_lanes._put_back,
     CallState.take,
-    CallState.take_sent,
     CallState.put_in_flight,
-    CallState.put_sent,
     CallState._settle_state,
     LostEpisodes.restore,
     FirstReadyLanes.recv,
@@ -256,8 +243,8 @@ def test_ctrl_c_at_any_line_of_a_take_over_of_info_dict_answers_loses_no_result(
     """As above, with an info dict per env (Tianshou's layout): answers read as `INFOS`.
 
     Worker 1's answer (a record, its info dicts after it) is read on the lanes, then worker
-    0's pickle (env 0 raises; env 1, beside it, is slow) hands both to the slow path: the
-    ticket made of worker 1's answer carries the dicts read (`Sent.ticket`'s `INFOS`). Each
+    0's pickle (env 0 raises; env 1, beside it, is slow) hands both to the slow path: worker
+    1's ticket, settled by `_take_infos`, carries the dicts read (`Ticket.code`: `INFOS`). Each
     env's result and info dict still come back exactly once.
     """
     from ray_multiprocess_env import TianshouVectorEnv
@@ -339,7 +326,7 @@ def test_ctrl_c_at_any_line_of_a_tianshou_async_step_leaves_waiting_id_true():
     with contextlib.closing(envs):
         envs.reset()
         fired_in = 0
-        code = [type(envs).step, FirstReadyVerbs.send, FirstReadyLanes._read]
+        code = [type(envs).step, FirstReadyVerbs.send, ChannelTransport.read_lane]
         for function, line in rounds_of([*code, ChannelTransport._take_infos]):
             fired = []
             with contextlib.suppress(KeyboardInterrupt):

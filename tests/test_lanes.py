@@ -1,14 +1,14 @@
 """Steps and resets, synchronous and first-ready, on the lanes, where the slow path takes over.
 
-A first-ready step or reset on the lanes has no tickets until something needs them
-(`lanes.Sent.ticket`); a lockstep one's are settled by the lanes' read. These are the moments when a
-reply could be read by nobody's ticket, or a call could wait for an answer to a message not all
-written: a worker that answered and then died while the other still steps, a verb that reads
-the workers' pipes while a `step_async` is pending or first-ready steps or resets are out, a
-TCP doorbell whose action rows the socket takes only part of, a reset that times out (as a
-synchronous call, or in a first-ready `recv`) or whose worker dies in it, a late answer read
-as a reset's. Each must give the call's own results, as the slow path would. And once a worker
-is replaced, the steps must go on the lanes again, over its new transport.
+A step or reset on the lanes sends each message with its ticket waiting, as the slow path does,
+and the lanes' read settles it with the record. These are the moments when a reply could be read
+by one reader and lost to the call that waits for it, or a call could wait for an answer to a
+message not all written: a worker that answered and then died while the other still steps, a
+verb that reads the workers' pipes while a `step_async` is pending or first-ready steps or
+resets are out, a TCP doorbell whose action rows the socket takes only part of, a reset that
+times out (as a synchronous call, or in a first-ready `recv`) or whose worker dies in it, a late
+answer read as a reset's. Each must give the call's own results, as the slow path would. And
+once a worker is replaced, the steps must go on the lanes again, over its new transport.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
+from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
@@ -48,6 +49,27 @@ def roads(monkeypatch):
 
     monkeypatch.setattr(Lanes, "wait_held", spy)
     return seen
+
+
+@pytest.fixture
+def lane_sends(monkeypatch):
+    """``(op, whether the lanes sent it)`` of each first-ready `send` and `async_reset`."""
+    seen = []
+    for name, op in (("send", "step"), ("reset", "reset")):
+        original = getattr(FirstReadyLanes, name)
+
+        def spy(self, *args, _original=original, _op=op):
+            went = _original(self, *args)
+            seen.append((_op, went))
+            return went
+
+        monkeypatch.setattr(FirstReadyLanes, name, spy)
+    return seen
+
+
+def _in_flight(envs):
+    """``(worker, kind, whether answered)`` of each first-ready call in flight (private)."""
+    return [(t.worker, kind, t.outcome is not None) for t, kind in envs._engine._state.in_flight]
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
@@ -91,18 +113,20 @@ def test_a_verb_that_reads_the_pipes_while_a_step_is_pending_leaves_it_its_repli
 
 @pytest.mark.parametrize("verb", ["run_on_workers", "call"])
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_verb_that_reads_the_pipes_while_sends_are_out_leaves_them_their_replies(transport, verb):
+def test_a_verb_that_reads_the_pipes_while_sends_are_out_leaves_them_their_replies(
+    transport, verb, lane_sends
+):
     """The answers to a `send` on the lanes, read by another verb, still come to `recv`.
 
-    `send` keeps no ticket on the lanes; a verb that reads the pipes before the `recv` (one
-    allowed beside first-ready calls, as pfrl's and Tianshou's faces call them) makes the
-    tickets first, or it would drop the answers it reads and `recv` would wait for them.
+    A verb that reads the pipes before the `recv` (one allowed beside first-ready calls, as
+    pfrl's and Tianshou's faces call them) settles the tickets waiting for those answers, and
+    `recv` hands them out (it would wait for them forever if the answers were dropped).
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=60)
     with contextlib.closing(envs):
         envs.reset()
         envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
-        assert len(envs._engine._state.sent) == 2  # (private) on the lanes: no tickets
+        assert lane_sends == [("step", True)]
         assert answer_waits(envs, 0)  # both answers wait in the pipes
         assert answer_waits(envs, 1)
         if verb == "run_on_workers":
@@ -110,6 +134,7 @@ def test_a_verb_that_reads_the_pipes_while_sends_are_out_leaves_them_their_repli
         else:
             counts = envs._engine.call("get_attr", [("count",)] * 4, in_flight_ok=True)
             assert counts == [1, 1, 1, 1]
+        assert _in_flight(envs) == [(0, "step", True), (1, "step", True)]  # (read, settled)
         obs, *_, infos = envs.recv(timeout=10)
         assert infos["env_id"].tolist() == [0, 1, 2, 3]
         assert obs[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0]
@@ -270,8 +295,8 @@ def test_a_worker_that_dies_inside_a_reset_on_the_lanes_gives_the_ray_calls_resu
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
-    """`async_reset` posts each worker's reset with no ticket; `recv` gives the Ray calls'.
+def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport, lane_sends):
+    """`async_reset` posts each worker's reset on the lanes; `recv` gives the Ray calls'.
 
     Then again with worker 0 dying in its reset: the slow path's `recv` restarts it and
     sends the replacement the same reset (a new episode: no lost one to report).
@@ -287,9 +312,9 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
                 if seed == 9:  # (this call also reads the workers' answers to the message
                     # sharing ``odd``'s new info column: each has answered all it was sent)
                     envs.set_attr("exit_on_reset", [True] + [False] * 5)
+                lane_sends.clear()
                 envs.async_reset(seed=seed)
-                sent = [item.op for item in envs._engine._state.sent]  # (private)
-                assert sent == (["reset"] * 3 if kind == transport else [])  # (on the lanes)
+                assert lane_sends == ([("reset", True)] if kind == transport else [])
                 got.append(envs.recv(batch_size=6))
                 envs.send(np.array([1, 0, 1, 0, 1, 1]), [0, 1, 2, 3, 4, 5])
                 got.append(envs.recv(batch_size=6))
@@ -303,16 +328,18 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport):
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the_reset(transport):
-    """A `get_attr` with the lanes' resets out makes their tickets; `recv` gives the reset."""
+def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the_reset(
+    transport, lane_sends
+):
+    """A `get_attr` with the lanes' resets out settles their tickets; `recv` gives the reset."""
     vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(vec):
         vec.reset()
         vec.step([2, 2, 2, 2])
         vec.async_reset()
-        assert [item.op for item in vec._engine._state.sent] == ["reset"] * 2  # (private)
+        assert lane_sends == [("reset", True)]
         assert vec.get_attr("count") == (0, 0, 0, 0)  # (each worker reset first, in order)
-        assert vec._engine._state.sent == []  # (the tickets were made, as the reads needed)
+        assert _in_flight(vec) == [(0, "reset", True), (1, "reset", True)]  # (read, settled)
         env_ids, (obs, rewards, terminated, truncated, _) = vec.recv()
         assert env_ids == [0, 1, 2, 3]
         assert [float(o[0]) for o in obs] == [0.0] * 4
@@ -324,12 +351,12 @@ def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_flight(
-    transport, tmp_path
+    transport, tmp_path, lane_sends
 ):
     """Worker 1's envs late at a shut gate in their `async_reset`: `recv` names them.
 
     Worker 0's reset comes first, on the lanes. The timeout hands the resets left to the slow
-    path (their tickets made); its `recv`, once the gate opens, gives worker 1's own seeded
+    path; its `recv`, once the gate opens, gives worker 1's own seeded
     reset, and the next `send` is back on the lanes.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=60)
@@ -340,13 +367,13 @@ def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_f
         envs.reset(seed=0)
         envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
         envs.async_reset(seed=3)
-        assert [item.op for item in envs._engine._state.sent] == ["reset"] * 2  # (private)
+        assert lane_sends == [("reset", True)]
         obs, *_, infos = envs.recv(batch_size=2)
         assert infos["env_id"].tolist() == [0, 1]
         assert obs[:, 0].tolist() == seeded[:2]
         with pytest.raises(TimeoutError, match=r"`recv` timed out after 0.5 s: env\(s\) \[2, 3\]"):
             envs.recv(timeout=0.5)  # (only the gate could end it)
-        assert envs._engine._state.sent == []  # (the reset left is the slow path's now)
+        assert _in_flight(envs) == [(1, "reset", False)]  # (the reset left: still out)
         gate.open()
         obs, rewards, terminated, truncated, infos = envs.recv()
         assert infos["env_id"].tolist() == [2, 3]
@@ -355,7 +382,7 @@ def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_f
         assert not terminated.any()
         assert not truncated.any()
         envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
-        assert [item.op for item in envs._engine._state.sent] == ["step"] * 2  # (the lanes')
+        assert lane_sends[-1] == ("step", True)  # (the lanes')
         assert envs.recv()[0][:, 0].tolist() == [x + 1 for x in seeded]
 
 

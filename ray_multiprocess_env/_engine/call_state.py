@@ -17,7 +17,7 @@ import enum
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,7 +36,6 @@ __all__ = [
     "Call",
     "CallState",
     "InFlightWords",
-    "LaneSent",
     "State",
     "T",
     "as_is",
@@ -100,25 +99,6 @@ class State(enum.Enum):
     CLOSED = "closed"
 
 
-class LaneSent(Protocol):
-    """A first-ready step or reset of a worker's envs sent with no ticket (`lanes.Sent`)."""
-
-    @property
-    def op(self) -> str:
-        """``"step"`` or ``"reset"``: its kind in flight."""
-
-    @property
-    def envs(self) -> range:
-        """The envs it steps or resets: all of one worker's."""
-
-    @property
-    def worker(self) -> int:
-        """The worker's index."""
-
-    def ticket(self) -> Ticket:
-        """A ticket that stands for it, settled by its answer (read already, or to come)."""
-
-
 class Call:
     """One operation launched on some workers: a ticket per worker.
 
@@ -136,50 +116,21 @@ class CallState:
 
     `name` is the face's class name, for messages, and `words` its words for first-ready
     calls (`InFlightWords`: every check of the calls in flight speaks them). A first-ready
-    call is a `Ticket` in `in_flight`, or a step or reset the lanes sent with none (`sent`,
-    one per worker): reading `in_flight` makes their tickets first (`make_tickets`), so
-    whatever is not the lanes' finds every call as a ticket.
+    call is a `Ticket` in `in_flight`, whichever road sent it.
     """
 
     def __init__(self, name: str, num_envs: int, words: InFlightWords = SEND_RECV) -> None:
         self.name, self.words = name, words
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
-        self._in_flight: list[tuple[Ticket, str]] = []  # first-ready tickets and their kind
-        self.sent: list[LaneSent] = []  # first-ready calls the lanes sent, with no ticket yet
+        #: The first-ready tickets in flight and their kind (``"step"`` or ``"reset"``).
+        self.in_flight: list[tuple[Ticket, str]] = []
         self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the calls in flight
         self.busy_count = 0
 
-    @property
-    def in_flight(self) -> list[tuple[Ticket, str]]:
-        """The first-ready tickets in flight and their kind (``"step"`` or ``"reset"``)."""
-        if self.sent:
-            self.make_tickets()
-        return self._in_flight
-
-    @property
-    def ticketed(self) -> list[tuple[Ticket, str]]:
-        """The first-ready calls in flight that are tickets already (`in_flight` less `sent`)."""
-        return self._in_flight
-
     def has_call_to(self, worker: int) -> bool:
         """Whether a first-ready call to `worker` is in flight."""
-        for item in self.sent:
-            if item.worker == worker:
-                return True
-        if not self._in_flight:  # (the lanes' usual: no generator per lane of each `send`)
-            return False
-        return any(ticket.worker == worker for ticket, _ in self._in_flight)
-
-    def make_tickets(self) -> None:
-        """Make a ticket of each call the lanes sent (`sent`): a verb will read the pipes.
-
-        A reply read with no ticket waiting for it is dropped: every verb that reads the
-        workers' pipes while first-ready calls are out calls this first.
-        """
-        with deferred_interrupts():
-            made = [(item.ticket(), item.op) for item in self.sent]
-            self._in_flight, self.sent = self._in_flight + made, []
+        return any(ticket.worker == worker for ticket, _ in self.in_flight)
 
     def check_open(self, name: str) -> None:
         """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
@@ -205,8 +156,6 @@ class CallState:
             words = self.words
             message = words.busy_all.format(verb=name, envs=env_list(self.busy_envs()))
             raise PendingCallError(message, words.send)
-        if self.sent:  # (the verb reads the pipes, where their replies come)
-            self.make_tickets()
 
     def begin_step(self, call: Call) -> None:
         """`call` is the pending `step_async`."""
@@ -242,58 +191,33 @@ class CallState:
             for item in items:
                 _mark(busy, item[0].envs, True)
                 self.busy_count += len(item[0].envs)
-            self._in_flight = self._in_flight + items
+            self.in_flight = self.in_flight + items
             self._settle_state()
 
     def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
         """These first-ready tickets (and their kinds), no longer in flight."""
         done: list[tuple[Ticket, str]] = []
         left: list[tuple[Ticket, str]] = []
-        for item in self._in_flight:  # (`in`: by identity, a ticket equals only itself)
+        for item in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
             (done if item[0] in tickets else left).append(item)
         with deferred_interrupts():
             busy = self.busy
             for ticket, _ in done:
                 _mark(busy, ticket.envs, False)
                 self.busy_count -= len(ticket.envs)
-            self._in_flight = left
+            self.in_flight = left
             self._settle_state()
         return done
 
-    def put_sent(self, sent: Sequence[LaneSent]) -> None:
-        """First-ready calls the lanes sent are out (nothing, once closed).
-
-        Call it with interrupts held back (the lanes hold them for the whole call).
-        """
-        if self.state is State.CLOSED:
-            return
-        busy = self.busy
-        for item in sent:
-            envs = item.envs
-            busy[envs.start : envs.stop] = True
-            self.busy_count += len(envs)
-        self.sent = self.sent + list(sent)
-        self._settle_state()
-
-    def take_sent(self, done: Sequence[LaneSent]) -> None:
-        """These calls the lanes sent are no longer in flight (interrupts held back)."""
-        busy = self.busy
-        for item in done:
-            envs = item.envs
-            busy[envs.start : envs.stop] = False
-            self.busy_count -= len(envs)
-        self.sent = [item for item in self.sent if item not in done]
-        self._settle_state()
-
     def _settle_state(self) -> None:
         if self.state is not State.CLOSED and self.state is not State.WAITING_STEP:
-            self.state = State.IN_FLIGHT if self._in_flight or self.sent else State.IDLE
+            self.state = State.IN_FLIGHT if self.in_flight else State.IDLE
 
     def close(self) -> tuple[Call | None, list[tuple[Ticket, str]]]:
         """Closed; what was pending and in flight, to give up."""
         with deferred_interrupts():
             out = (self.pending, self.in_flight)
-            self.pending, self._in_flight, self.state = None, [], State.CLOSED
+            self.pending, self.in_flight, self.state = None, [], State.CLOSED
             self.busy[:], self.busy_count = False, 0
         return out
 

@@ -352,13 +352,9 @@ class Engine(StepVerbs):
     def _beside_pending(self, name: str) -> None:
         """The checks of a verb `name` that may run while a `step_async` is pending: open.
 
-        The first-ready steps and resets the lanes sent have their tickets made first: this
-        verb reads the workers' pipes, and a reply read with no ticket waiting for it would be
-        dropped.
+        (Replies to the calls out that this verb's reads find settle their tickets.)
         """
         self._state.check_open(name)
-        if self._state.sent:
-            self._state.make_tickets()
 
     def _has(self, name: str) -> list[bool]:
         """Whether each env has a method `name` (asked once, then cached)."""

@@ -2,10 +2,10 @@
 
 An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv` returns as
 soon as at least ``batch_size`` envs are done. While all is well all three go on the workers' lanes
-(`first_ready_lanes.py`: no tickets). Here is the slow path: the tickets in flight are the call
-state's (`CallState.in_flight`, which makes a ticket of each call the lanes sent); `recv` waits on
-them and judges those that finished as `Calls.judge` does for a whole call: a dead worker is
-restarted there, an env error raised while the envs that answered fine wait for the next `recv`.
+(`first_ready_lanes.py`). Here is the slow path: the tickets in flight are the call state's
+(`CallState.in_flight`, whichever road sent them); `recv` waits on them and judges those that
+finished as `Calls.judge` does for a whole call: a dead worker is restarted there, an env error
+raised while the envs that answered fine wait for the next `recv`.
 """
 
 from __future__ import annotations

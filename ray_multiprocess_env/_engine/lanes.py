@@ -42,18 +42,15 @@ from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import (
     Ticket,
     all_hot,
-    outcome_of_code,
-    outcome_of_infos,
     timeout_ms,
 )
-from ray_multiprocess_env._engine.transports.channel import INFOS, NOTHING, OTHER, ChannelTransport
+from ray_multiprocess_env._engine.transports.channel import NOTHING, OTHER, ChannelTransport
 
 __all__ = [
     "Lane",
     "LaneSet",
     "Lanes",
     "Polled",
-    "Sent",
     "StepPlan",
 ]
 
@@ -123,70 +120,6 @@ class LaneSet:
 
 #: A step `Lanes.plan` made: the lanes to ring and each one's actions.
 StepPlan = tuple[list[Lane], list[Any]]
-
-
-class Sent:
-    """One worker's first-ready step or reset sent on its lane with no ticket, and its answer.
-
-    The first-ready calls in flight on the lanes keep one per worker (`CallState.sent`).
-    `args` are what its ticket needs, should the slow path take over (`ticket`): a step's
-    actions, a reset's args. `code` is its answer as read (`read`: `status.code_of`;
-    `NOTHING` until then, `OTHER` for a reply left to its transport's `settle`, `INFOS` for
-    one whose info dicts are in `infos`).
-    """
-
-    __slots__ = ("args", "code", "envs", "infos", "lane", "op", "seq", "worker")
-
-    def __init__(self, op: str, lane: Lane, args: Any, seq: int) -> None:
-        self.op, self.lane, self.args, self.seq = op, lane, args, seq
-        self.worker, self.envs = lane.worker, lane.envs
-        self.code = NOTHING
-        self.infos: tuple[dict[int, Any], bool] | None = None
-
-    def read(self) -> int:
-        """Read its answer, readable now: `read_lane`'s code, kept unless it is `NOTHING`.
-
-        Call it with interrupts held back.
-        """
-        transport = self.lane.transport
-        code = transport.read_lane()
-        if code != NOTHING:
-            self.code = code
-            if code == INFOS:
-                self.infos = transport.infos
-        return code
-
-    def part(self) -> tuple[Any, bool]:
-        """Its worker's infos (as the store takes them) and whether it spoke old gym's API."""
-        code = self.code
-        if code >= 0:  # (a record: `status.reply_of_code`)
-            return (None, code >> 1), bool(code & 1)
-        return self.infos  # type: ignore[return-value]  # (`INFOS`: read with its dicts)
-
-    def ticket(self) -> Ticket:
-        """A ticket that stands for it, settled by its answer (read already, left, or to come).
-
-        Settled here if the answer was read as the lane's; else its transport adopts it, and
-        the answer settles it when it comes, or now if it was read and left (`OTHER`: the
-        transport's `settle`). Call it with interrupts held back.
-        """
-        lane, op, code = self.lane, self.op, self.code
-        step = op == "step"
-        args = (self.args, None) if step else self.args
-        ticket = Ticket(lane.worker, lane.generation, op, args, lane.envs, step)
-        transport = lane.transport
-        if code >= 0 or code == INFOS:  # (read as the lane's: settled here)
-            ticket.transport, ticket.handle = transport, self.seq
-            if code >= 0:
-                ticket.outcome = outcome_of_code(code)
-            else:  # (`INFOS`: read with its dicts)
-                ticket.outcome = outcome_of_infos(self.infos)  # type: ignore[arg-type]
-            ticket.code = code
-        else:
-            transport.adopt(ticket, self.seq)
-            if code == OTHER:  # (read and left: now that a ticket stands for it)
-                transport.settle()
-        return ticket
 
 
 def _worker_of(item: tuple[Lane, Any]) -> int:
@@ -401,9 +334,8 @@ class Lanes:
                     if not DEFERRED.poll(lane.poller, timeout):
                         return False  # (at `deadline`: the slow path's wait says so)
                     code = transport.read_lane()
-                if code == OTHER:  # (read and left: settled now, or the end found again
-                    transport.settle()  # by the slow path's read)
-                    return False
+                if code == OTHER:  # (settled by what came, or the end found again by the
+                    return False  # slow path's read)
                 if ticket.outcome is None:  # (an answer to a later message: none is sent
                     return False  # while a lane call waits, but the slow path would know)
             elif ticket.code == OTHER:  # (settled by the slow path's read, or lost)

@@ -10,10 +10,10 @@ settles every ticket as lost with the worker, with Ray's word on why.
 
 A transport with rows (`Rows`) carries a step's actions and results in the batch's layout: in
 memory shared with the worker (`shared_memory.SharedRows`), or as raw bytes after the messages
-(`tcp.StreamRows`). It is hot: the lanes (`lanes.py`) ring a step with no ticket (`ring`, a
-doorbell), post a reset (`post`), and read the answer, a status record, with `read_lane`; a
-ticket made later for such a message is `adopt` ed, and what the lanes read but do not take
-waits for `settle`.
+(`tcp.StreamRows`). It is hot: the lanes (`lanes.py`) ring a step (`ring`, a doorbell) or
+post a reset (`post`) with its ticket, and read the answer, a status record, with `read_lane`,
+which settles the ticket with it; any other reply it reads settles its ticket as `pump`'s
+read would.
 """
 
 from __future__ import annotations
@@ -123,12 +123,8 @@ class ChannelTransport:
         self._inbox = Inbox(deferred_interrupts)
         self.broken = False  # the channel closed: the worker died, or serving ended
         self._lost: Outcome | None = None  # the outcome of every ticket once broken
-        # messages read (and whether the channel ended) that wait for `settle`
-        self._unsettled: tuple[list[tuple[int, bytes]], bool] | None = None
         self._leaf: np.ndarray | None = None  # the rows of actions `ring` writes (`can_ring`)
         self._actions_shared = False  # the worker uses the rows: actions may go through them
-        #: The info dicts and API of the last answer `read_lane` read as `INFOS`.
-        self.infos: tuple[dict[int, Any], bool] | None = None
 
     @classmethod
     def open(
@@ -225,15 +221,13 @@ class ChannelTransport:
 
     def pump(self) -> None:
         """Read what has arrived and settle the tickets whose whole reply is in."""
-        if self._unsettled is not None:  # (read by a lane step given up before its tickets)
-            self.settle()
         with DEFERRED:  # from the kernel's buffer to the outcomes in one go
             messages, ended = self._inbox.read(self._done)
             self._settle_messages(messages)
         if ended:
             self._break()  # outside the deferral: asking Ray why may take a moment
 
-    # -- the lanes' (a hot transport's): messages with no ticket ------------------------------
+    # -- the lanes' (a hot transport's): a doorbell, and records read as they come ----------
     def can_ring(self, actions: Any) -> bool:
         """Whether `ring` can send a step of all of this worker's envs with these `actions`.
 
@@ -251,12 +245,12 @@ class ChannelTransport:
             and actions.shape == leaf.shape
         )
 
-    def ring(self, actions: np.ndarray, ticket: Ticket | None = None) -> int:
+    def ring(self, actions: np.ndarray, ticket: Ticket) -> int:
         """Send a step of all of this worker's envs as a doorbell: its sequence number.
 
         The lanes'; call it with interrupts held back, after `can_ring`. The actions go into
-        the rows, the doorbell onto the channel (with the rows, if they travel). `read_lane`
-        reads the reply; `ticket`, if given, waits for it (`post`).
+        the rows, the doorbell onto the channel (with the rows, if they travel); `ticket`
+        waits for the reply (`post`).
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
         return self.post(self._rows.message(DOORBELL, None), ticket)  # type: ignore[union-attr]
@@ -265,17 +259,15 @@ class ChannelTransport:
         """Whether `post` can send a message now: the worker answered all, nothing waits."""
         return not self.broken and self._answered == self._seq and not self._outbox.pending
 
-    def post(self, data: bytes, ticket: Ticket | None = None) -> int:
+    def post(self, data: bytes, ticket: Ticket) -> int:
         """Send the message `data` (`encode_op`'s, or `ring`'s doorbell): its sequence number.
 
-        The lanes'; call it with interrupts held back, after `can_post`. `ticket`, if given,
-        waits for the reply (`read_lane` settles it); else none does, unless one made later
-        is `adopt` ed.
+        The lanes'; call it with interrupts held back, after `can_post`. `ticket` waits for
+        the reply (`read_lane` settles it, or `pump`'s read).
         """
         self._seq = seq = self._seq + 1
-        if ticket is not None:
-            ticket.transport, ticket.handle = self, seq
-            self._waiting[seq] = ticket
+        ticket.transport, ticket.handle = self, seq
+        self._waiting[seq] = ticket
         if not self._outbox.send(self._go, seq, data):
             self._break()  # the worker closed its end: it is gone (as in `submit`)
         return seq
@@ -285,11 +277,11 @@ class ChannelTransport:
 
         The code (`status.code_of`) if the reply is a record of everything in place (the
         usual; rows that follow it are copied into the batch); `INFOS` if it is a record with
-        an info dict per env after it (SB3's and Tianshou's layout: the dicts are in `infos`
-        then); a ticket that stands for the step, `adopt` ed, is settled with either.
-        `NOTHING` if no whole message is in yet; `OTHER` if anything else came, or the channel
-        ended: that waits for `settle`, which the caller runs once a ticket stands for the
-        step. Call it with interrupts held back, when ``poll`` says a reply is readable.
+        an info dict per env after it (SB3's and Tianshou's layout); the ticket waiting for
+        it is settled with either (`Ticket.code` says which). `NOTHING` if no whole message is
+        in yet; `OTHER` if anything else came (its tickets settled as `pump` settles them), or
+        the channel ended (found again by the next read: `pump` settles what waits as lost).
+        Call it with interrupts held back, when ``poll`` says a reply is readable.
         """
         inbox = self._inbox
         scratch = inbox.scratch
@@ -299,7 +291,7 @@ class ChannelTransport:
             return NOTHING
         except OSError:  # (a socket reset by the worker's end: as its end)
             count = 0
-        if count == FRAMED_RECORD.size and inbox.empty and self._unsettled is None:
+        if count == FRAMED_RECORD.size and inbox.empty:
             seq, size, head, columns = FRAMED_RECORD.unpack_from(scratch)  # (nothing after)
             old_api = ANSWERS.get(head)
             if old_api is not None and seq == self._seq and size == RECORD.size:
@@ -315,10 +307,10 @@ class ChannelTransport:
             messages = inbox.feed(memoryview(scratch)[:count])
         if not messages and count:
             return NOTHING  # (part of a message)
-        if len(messages) == 1 and count and self._unsettled is None:
+        if len(messages) == 1 and count:
             seq, payload = messages[0]
             if seq != self._seq:
-                pass  # (an answer to a message given up on: `settle` drops it)
+                pass  # (an answer to an earlier message: settled below)
             elif self._rows_follow:  # (the TCP stream: the rows after a record copied in)
                 if is_record(payload) and self._rows_in(payload):
                     code = code_of(*RECORD.unpack_from(payload))
@@ -328,13 +320,13 @@ class ChannelTransport:
                         return INFOS
             elif self._take_infos(seq, payload):  # (a record alone was read at once above)
                 return INFOS
-        self._leave(messages, not count)
+        self._settle_messages(messages)
         return OTHER
 
     def _answer(self, seq: int, code: int) -> int:
         """`read_lane`'s answer `code` to `seq`, which settles a ticket that stands for it."""
         self._answered = seq
-        if self._waiting:  # (a ticket stands for the step: first-ready's)
+        if self._waiting:  # (else nothing waits for it: given up)
             ticket = self._waiting.pop(seq, None)
             if ticket is not None:
                 ticket.outcome, ticket.code = outcome_of_code(code), code
@@ -343,7 +335,7 @@ class ChannelTransport:
     def _rows_in(self, payload: bytes) -> bool:
         """Copy the rows after a reply into the batch; False if they do not fit.
 
-        (`settle` has `_received` say what is wrong then.)
+        (`_received` says what is wrong then.)
         """
         try:
             self._rows.take(payload)  # type: ignore[union-attr]  # (`_rows_follow`: not None)
@@ -352,55 +344,21 @@ class ChannelTransport:
         return True
 
     def _take_infos(self, seq: int, payload: bytes) -> bool:
-        """Whether `payload`, the reply to `seq`, is an `answer_infos` (kept in `infos` then).
+        """Whether `payload`, the reply to `seq`, is an `answer_infos`: its ticket settled then.
 
-        A ticket that stands for it is settled with it. Call it with interrupts held back.
+        Call it with interrupts held back.
         """
         try:
             answer = infos_answer(payload)
-        except Exception:  # (`settle` has `decode_reply` say what is wrong)
+        except Exception:  # (`_received`'s `decode_reply` says what is wrong)
             return False
         if answer is None:
             return False
-        self._answered, self.infos = seq, answer
+        self._answered = seq
         ticket = self._waiting.pop(seq, None)
         if ticket is not None:
             ticket.outcome, ticket.code = outcome_of_infos(answer), INFOS
         return True
-
-    def _leave(self, messages: list[tuple[int, bytes]], ended: bool) -> None:
-        """Keep what `read_lane` read but does not take for `settle` (after what waits already)."""
-        left = self._unsettled
-        if left is not None:  # (from a lane step given up before its tickets were made)
-            messages, ended = left[0] + messages, left[1] or ended
-        self._unsettled = (messages, ended)
-
-    def adopt(self, ticket: Ticket, seq: int) -> None:
-        """`ticket` stands for message `seq`, sent with no ticket (a lane's step, `ring`).
-
-        Its reply settles it when it comes (or came, and waits for `settle`); once the
-        transport is lost, it settles as lost at once. A reply already read and taken as a
-        lane's is not this transport's to give: the caller settles that ticket.
-        """
-        ticket.transport, ticket.handle = self, seq
-        if self.broken:
-            ticket.outcome = self._lost
-        elif seq > self._answered:
-            self._waiting[seq] = ticket
-
-    def settle(self) -> bool:
-        """Settle the tickets of the messages a lane read but left (`_unsettled`).
-
-        False if the channel had ended: reading it again (`pump`) finds the end again and
-        settles what still waits as lost, out of any block that holds interrupts back.
-        """
-        with DEFERRED:
-            unsettled, self._unsettled = self._unsettled, None
-            if unsettled is None:
-                return True
-            messages, ended = unsettled
-            self._settle_messages(messages)
-        return not ended
 
     # -- replies, and the end ----------------------------------------------------------------
     def _settle_messages(self, messages: list[tuple[int, bytes]]) -> None:
@@ -444,7 +402,7 @@ class ChannelTransport:
     def _break(self) -> None:
         lost = self._death()  # (asking Ray why may take a moment: outside the block below)
         with DEFERRED:  # lost, with every ticket waiting settled, or nothing changed
-            self._lost = lost  # (before `broken`: `adopt` gives it to every new ticket)
+            self._lost = lost
             self.broken = True
             self._settle_waiting(lost)
             self._outbox.clear()
