@@ -81,7 +81,7 @@ RESET_CODE: list[Callable[..., Any]] = [
     ChannelTransport.post,
     Lanes.wait,
     Lanes.wait_held,
-    Lanes.replies,
+    Calls.wait,
     type(DEFERRED).__enter__,
     type(DEFERRED).__exit__,
 ]

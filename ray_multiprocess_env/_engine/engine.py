@@ -246,13 +246,12 @@ class Engine(StepVerbs):
         lanes, deadline = self._lanes, deadline_in(self._pool.options.timeout)
         with deferred_interrupts():  # sent and the kept seeds used up, or neither
             call = None if lanes is None else lanes.launch_reset(args, label)
-            slow = call is None
             if call is None:
                 call = self._calls.launch("reset", args, label)
             self._pool.seeds.sent(seeds, envs)
-        if not slow and lanes is not None and lanes.wait(call, deadline):  # (`lanes`: mypy)
-            return lanes.replies(call)
-        return self._calls.wait(call, deadline=deadline)
+        if lanes is not None and call.lanes:
+            lanes.wait(call, deadline)  # (the answers read on the lanes, if it can: then
+        return self._calls.wait(call, deadline=deadline)  # nothing is left to wait for)
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(

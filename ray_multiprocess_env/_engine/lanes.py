@@ -11,7 +11,7 @@ what counts). Either sends each message with its ticket waiting for the reply, a
 path does (`Calls.launch`); `Lanes.wait` reads each answer, a 16-byte header and a 16-byte
 record (`status.code_of`: the info columns written, whether old gym's API; or `INFOS`, with the
 info dicts per env after it), which settles the ticket with a shared outcome of that code, and
-`batch` or `replies` hands the results out of the store.
+`batch` hands a step's results out of the store (a reset's tickets hold its replies).
 Interrupts are held back from the first message to the last answer, and let through only
 while ``poll`` blocks, where nothing is half read.
 
@@ -167,7 +167,7 @@ class Lanes:
 
         `env_ids` (row i of `actions` for env ``env_ids[i]``): not sent unless they are whole
         workers' envs, each worker's in order. A Ctrl-C while it rings gives the step up:
-        nothing waits for its replies.
+        its replies settle tickets nobody holds.
         """
         plan = self.plan(actions, env_ids)
         if plan is None:
@@ -242,7 +242,7 @@ class Lanes:
         """A reset of each worker whose `args` are not None, on their lanes (None: not sent).
 
         Not sent (the slow path's to do) when `posts` says so. A Ctrl-C while it sends gives
-        the reset up: nothing waits for its replies.
+        the reset up: its replies settle tickets nobody holds.
         """
         posts = self.posts(args)
         if posts is None:
@@ -285,7 +285,7 @@ class Lanes:
         return (called, messages, kept) if called else None
 
     def wait(self, call: Call, deadline: float | None) -> bool:
-        """Whether every worker of `call` answered in place (`batch`, `replies` then).
+        """Whether every worker of `call` answered in place (a step's `batch` then).
 
         False when the wait reaches `deadline`, when a reply is anything else, or when `call`
         was not rung on the lanes: the slow path's to wait for and judge (its tickets are
@@ -362,10 +362,3 @@ class Lanes:
         if env_ids is None:
             return self._store.batch(parts, old_api)
         return self._store.rows_of(env_ids, parts, old_api)
-
-    def replies(self, call: Call) -> list[Any]:
-        """One reply per worker (None where not called) of a reset every worker answered."""
-        out: list[Any] = [None] * len(self._lists)
-        for ticket in call.tickets:
-            out[ticket.worker] = ticket.outcome.value  # type: ignore[union-attr]  # (`wait`)
-        return out
