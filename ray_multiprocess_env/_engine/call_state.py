@@ -130,6 +130,8 @@ class CallState:
 
     def has_call_to(self, worker: int) -> bool:
         """Whether a first-ready call to `worker` is in flight."""
+        if not self.in_flight:  # (the lanes' usual: no generator per lane of each `send`)
+            return False
         return any(ticket.worker == worker for ticket, _ in self.in_flight)
 
     def check_open(self, name: str) -> None:

@@ -59,10 +59,11 @@ __all__ = [
 
 #: What `ChannelTransport.read_lane` returns when no whole reply is in yet.
 NOTHING = -2
-#: What it returns when a reply that is not a record of everything in place came.
+#: What it returns when a reply that is not a record of everything in place came, or the
+#: channel ended; also `Ticket.code` until an answer in place settles the ticket.
 OTHER = -1
 #: What it returns for a record with an info dict per env after it (`status.answer_infos`):
-#: the dicts and old gym's API are in the transport's `infos`.
+#: the dicts and old gym's API are in the ticket's outcome.
 INFOS = -3
 
 
@@ -273,7 +274,7 @@ class ChannelTransport:
         return seq
 
     def read_lane(self) -> int:
-        """Read the reply to the last `ring` or `post`: a code, `INFOS`, `NOTHING` or `OTHER`.
+        """Read the replies that came (the last message's, as a rule): a code, or a constant.
 
         The code (`status.code_of`) if the reply is a record of everything in place (the
         usual; rows that follow it are copied into the batch); `INFOS` if it is a record with
@@ -324,7 +325,7 @@ class ChannelTransport:
         return OTHER
 
     def _answer(self, seq: int, code: int) -> int:
-        """`read_lane`'s answer `code` to `seq`, which settles a ticket that stands for it."""
+        """`read_lane`'s answer `code` to `seq`, which settles the ticket waiting for it."""
         self._answered = seq
         if self._waiting:  # (else nothing waits for it: given up)
             ticket = self._waiting.pop(seq, None)
@@ -375,7 +376,10 @@ class ChannelTransport:
         """
         ticket = self._waiting.pop(seq, None)
         if ticket is not None:
-            ticket.outcome = outcome_of_reply(payload, self._rows)
+            outcome = ticket.outcome = outcome_of_reply(payload, self._rows)
+            if outcome.ok and is_record(payload):  # (an answer in place, read here: the lanes
+                code = code_of(*RECORD.unpack_from(payload))  # take it as one of theirs)
+                ticket.code = INFOS if code < 0 else code
         elif self._rows is not None:  # (a reply to a ticket given up on: its rows only)
             with contextlib.suppress(Exception):
                 self._rows.take(payload)
