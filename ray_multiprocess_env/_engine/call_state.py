@@ -184,31 +184,30 @@ class CallState:
         self.begin_step(call)
 
     def put_in_flight(self, tickets: Iterable[tuple[Ticket, str]]) -> None:
-        """First-ready tickets are out (nothing, once closed: `close` gave them up)."""
+        """First-ready tickets are out (nothing, once closed: `close` gave them up).
+
+        Call it with interrupts held back (its caller's block sends them, or puts back what
+        a hand-out took), as `take`.
+        """
         items = list(tickets)
         if not items or self.state is State.CLOSED:
             return
-        with deferred_interrupts():
-            busy = self.busy
-            for item in items:
-                _mark(busy, item[0].envs, True)
-                self.busy_count += len(item[0].envs)
-            self.in_flight = self.in_flight + items
-            self._settle_state()
+        self.busy_count += _mark(self.busy, items, True)
+        self.in_flight = self.in_flight + items
+        self._settle_state()
 
     def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
-        """These first-ready tickets (and their kinds), no longer in flight."""
+        """These first-ready tickets (and their kinds), no longer in flight.
+
+        Call it with interrupts held back (its caller's block hands them out, all or nothing).
+        """
         done: list[tuple[Ticket, str]] = []
         left: list[tuple[Ticket, str]] = []
         for item in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
             (done if item[0] in tickets else left).append(item)
-        with deferred_interrupts():
-            busy = self.busy
-            for ticket, _ in done:
-                _mark(busy, ticket.envs, False)
-                self.busy_count -= len(ticket.envs)
-            self.in_flight = left
-            self._settle_state()
+        self.busy_count -= _mark(self.busy, done, False)
+        self.in_flight = left
+        self._settle_state()
         return done
 
     def _settle_state(self) -> None:
@@ -254,12 +253,20 @@ class CallState:
         return int(wanted)
 
 
-def _mark(busy: np.ndarray, envs: Sequence[int], value: bool) -> None:
-    """Mark a ticket's `envs` busy or not (a `range`, a worker's whole run: one slice)."""
-    if type(envs) is range:
-        busy[envs.start : envs.stop] = value
-    else:
-        busy.put(envs, value)
+def _mark(busy: np.ndarray, items: list[tuple[Ticket, str]], value: bool) -> int:
+    """Mark the envs of these tickets busy or not; how many envs they have.
+
+    (A `range` of envs, a worker's whole run, is one slice.)
+    """
+    count = 0
+    for ticket, _ in items:
+        envs = ticket.envs
+        if type(envs) is range:
+            busy[envs.start : envs.stop] = value
+        else:
+            busy.put(envs, value)
+        count += len(envs)
+    return count
 
 
 def hand_out(

@@ -32,7 +32,7 @@ from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
-from ray_multiprocess_env._engine.transports.channel import NOTHING, OTHER
+from ray_multiprocess_env._engine.transports.channel import OTHER
 
 __all__ = ["FirstReadyLanes", "NotHot"]
 
@@ -133,11 +133,9 @@ class FirstReadyLanes:
                     if not ready:
                         raise NotHot  # (at `deadline`: the slow path's wait says so)
                     for fd, _ in ready:
-                        code = lanes[by_fd[fd]].transport.read_lane()
-                        if code == OTHER:
+                        if lanes[by_fd[fd]].transport.read_lane() == OTHER:
                             raise NotHot  # (settled as the slow path's read would, or ended)
-                        if code != NOTHING:
-                            envs_in = _envs_in(in_flight)
+                    envs_in = _envs_in(in_flight)
                 answered = [ticket for ticket, _ in in_flight if ticket.outcome is not None]
                 env_ids, parts, old_api = _parts(answered, lanes)
                 put = state.take(answered)
