@@ -41,7 +41,6 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._launch_step,
     Engine._launch_slow,
-    Engine._wait_step,
     Engine._wait_slow,
     Lanes.launch,
     Lanes.plan,
@@ -108,13 +107,11 @@ PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
 #: Where a step of some workers' envs (Tianshou's `step(action, id)`) goes on the lanes.
 STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
-    Lanes.launch,
     Lanes.plan,
     Lanes.ring,
     Lanes._some,
     Lanes.rung,
     ChannelTransport.ring,
-    Lanes.wait,
     Lanes.wait_held,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,  # (Tianshou's info dicts per env follow the record)

@@ -135,7 +135,7 @@ class _Mix:
         if fault.gate is not None:
             if separately:
                 self.envs.step_async(actions)
-                out = self.cut(StepVerbs._wait_step, fault.gate, self.envs.step_wait)
+                out = self.cut(StepVerbs.step_wait, fault.gate, self.envs.step_wait)
             else:
                 step = functools.partial(self.envs.step, actions)
                 out = self.cut(GymnasiumVectorEnv.step, fault.gate, step)

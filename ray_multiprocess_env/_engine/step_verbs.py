@@ -50,9 +50,9 @@ class StepVerbs(FirstReadyVerbs):
         self._state.check_idle(label)
         lanes = self._lanes
         plan = None if lanes is None else lanes.plan(actions)
-        if lanes is None or plan is None:
-            return self._wait_step(self._launch_slow(actions), None, finish)
         deadline = deadline_in(self._pool.options.timeout)
+        if lanes is None or plan is None:
+            return self._wait_slow(self._launch_slow(actions), None, deadline, finish)
         # Rung, waited for and handed out in one block. A Ctrl-C held back while it rings, or
         # coming while it waits, comes through in `poll` (`Lanes.wait_held`) and gives the step
         # up; one after the last `poll` is raised at the block's end, once the face has its
@@ -83,7 +83,23 @@ class StepVerbs(FirstReadyVerbs):
         """The results of `step_async` (on a `TimeoutError` it stays pending: call again)."""
         if timeout is not None:  # (checked before the step is taken: a typo loses nothing)
             timeout = check_wait(timeout)
-        return self._wait_step(self._state.take_pending(), timeout, finish)
+        deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
+        lanes = self._lanes
+        # Taken, waited for and handed out in one block, as `step` does on the lanes: a Ctrl-C
+        # gives the step up whole, its envs owing what it carried (`owe_on_interrupt`; on the
+        # slow path, `Calls.abandon`).
+        with DEFERRED:
+            call = self._state.take_pending()
+            if lanes is not None and call.lanes:
+                lanes.owe_on_interrupt(call)
+                if lanes.wait_held(call, deadline):
+                    batch = lanes.batch(call)
+                    return hand_out(
+                        self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                    )
+            else:
+                DEFERRED.undo_on_interrupt(self._calls.abandon, call)
+        return self._wait_slow(call, timeout, deadline, finish)
 
     def _launch_step(self, actions: Any) -> Call:
         """Send a step of every env (nothing is sent if it raises)."""
@@ -100,15 +116,6 @@ class StepVerbs(FirstReadyVerbs):
         args = [(chunk, None) for chunk in chunks]
         return self._calls.launch("step", args, "step", shared_args=True)
 
-    def _wait_step(self, call: Call, timeout: float | None, finish: Callable[[Batch], T]) -> T:
-        """`finish` of the batch of `call`, a step of every env; pending after a timeout."""
-        deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
-        lanes = self._lanes
-        if lanes is not None and lanes.wait(call, deadline):
-            batch = lanes.batch(call)
-            return hand_out(self._state, self._pool.lost_episodes, (), None, lambda: finish(batch))
-        return self._wait_slow(call, timeout, deadline, finish)
-
     def _wait_slow(
         self,
         call: Call,
@@ -116,7 +123,10 @@ class StepVerbs(FirstReadyVerbs):
         deadline: float | None,
         finish: Callable[[Batch], T],
     ) -> T:
-        """`_wait_step` on the slow path (the lanes did not take the step, or gave it over)."""
+        """The batch of `call`, a step of every env, on the slow path; pending after a timeout.
+
+        (The lanes did not take the step, or gave it over.)
+        """
         try:
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
         except TimeoutError:
@@ -163,11 +173,14 @@ class StepVerbs(FirstReadyVerbs):
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
         lanes = self._lanes
-        call = None if lanes is None else lanes.launch(actions, label, env_ids)
-        if lanes is not None and call is not None:  # whole workers' envs, each worker rung
-            if lanes.wait(call, deadline):
-                batch = lanes.batch(call, ids)
-                return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
+        plan = None if lanes is None else lanes.plan(actions, env_ids)
+        if lanes is not None and plan is not None:  # whole workers' envs, each worker rung
+            with DEFERRED:  # rung, waited for and handed out in one block, as `step` does
+                call = lanes.ring(plan, label)
+                lanes.owe_on_interrupt(call)
+                if lanes.wait_held(call, deadline):
+                    batch = lanes.batch(call, ids)
+                    return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
             positions: list[Any] = [None] * len(self._pool.workers)
         else:
             args, envs = self._split(actions, env_ids)
