@@ -5,7 +5,8 @@ follow the messages), with its pipe's own poller; a `LaneSet` is every worker's 
 all are hot, with pollers of the sets of their pipes that first-ready calls wait on.
 `Lanes.launch` writes the actions of every env, or of whole workers' envs
 (`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
-`Engine.step` calls the two itself, to ring, wait and hand out in one block); `launch_reset`
+`Engine.step` and `step_envs` call the two themselves, to ring, wait and hand out in one
+block); `launch_reset`
 sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
 what counts). Either sends each message with its ticket waiting for the reply, as the slow
 path does (`Calls.launch`); `Lanes.wait` reads each answer, a 16-byte header and a 16-byte

@@ -71,8 +71,9 @@ class Ticket:
 
     `envs` are the global indices of the envs it concerns; `shared_args` says that its first
     argument (a step's actions) is also in shared memory, for a transport that shares it.
-    `code` is how the lanes read its answer (`channel.ChannelTransport.read_lane`): a status
-    record's `status.code_of`, or `channel.INFOS`; -1 (`channel.OTHER`) for anything else.
+    `code` says its answer is in place, as a channel read it (`channel.ChannelTransport`'s
+    `read_lane`, or the read of a status record it decoded well): the record's
+    `status.code_of`, or `channel.INFOS`; -1 (`channel.OTHER`) for anything else.
     """
 
     __slots__ = (
