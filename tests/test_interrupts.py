@@ -27,7 +27,7 @@ from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env._engine.transports.tcp import StreamRows
-from ray_multiprocess_env.errors import RemoteEnvError
+from ray_multiprocess_env.errors import NoPendingCallError, RemoteEnvError
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
 from tests.envs import FlakyEnv
 from tests.envs_faults import HangingSpacesEnv
@@ -52,6 +52,20 @@ STEP_CODE: list[Callable[..., Any]] = [
     ChannelTransport._answer,
     type(DEFERRED).poll,
     Calls.launch,
+    hand_out,
+]
+
+
+#: Where `step_wait` takes the pending step, waits for it (on the lanes or the slow path) and
+#: hands it out.
+STEP_WAIT_CODE: list[Callable[..., Any]] = [
+    GymFace.step_wait,
+    Engine.step_wait,
+    Engine._wait_slow,
+    Lanes.wait_held,
+    Lanes.batch,
+    ChannelTransport.read_lane,
+    Calls.wait,
     hand_out,
 ]
 
@@ -143,6 +157,33 @@ def test_ctrl_c_at_any_line_of_step_gives_the_step_up(face, transport):
             obs = envs.step(np.ones(4, dtype=np.int64))[0]
             assert [float(np.asarray(o).ravel()[0]) for o in obs] == [c + 1 for c in before]
         assert fired_in > 5
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp", "ray"])
+def test_ctrl_c_at_any_line_of_step_wait_gives_the_step_up_or_leaves_it_pending(transport):
+    """Ctrl-C anywhere in `step_wait`: the step given up whole, or still pending; none lost.
+
+    Still pending if the Ctrl-C came before `step_wait` took it; either way each env's next
+    step is its own, one further on. Over ``"ray"`` the step goes the slow way: a Ctrl-C
+    after it was taken abandons it.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
+    with contextlib.closing(envs):
+        envs.reset()
+        fired_in = 0
+        for function, line in rounds_of(STEP_WAIT_CODE):
+            envs.step_async(np.ones(4, dtype=np.int64))
+            fired = []
+            with contextlib.suppress(KeyboardInterrupt):
+                with interrupt_at_line(function, line) as fired:
+                    envs.step_wait()
+            fired_in += bool(fired)
+            with contextlib.suppress(NoPendingCallError):  # (pending: the Ctrl-C came first)
+                envs.step_wait(timeout=60)
+            before = counts(envs)
+            obs = envs.step(np.ones(4, dtype=np.int64))[0]
+            assert obs[:, 0].tolist() == [c + 1 for c in before], (function, line)
+        assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("face", ["gymnasium", "sb3"])
