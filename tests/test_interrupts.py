@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.call_state import hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.seeds import SeedBook
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env._engine.transports.tcp import StreamRows
@@ -45,7 +45,9 @@ STEP_CODE: list[Callable[..., Any]] = [
     Lanes.launch,
     Lanes.plan,
     Lanes.ring,
+    Lane.ring,
     Lanes.wait,
+    Lanes.wait_batch,
     Lanes.wait_held,
     Lanes.batch,
     ChannelTransport.read_lane,
@@ -62,6 +64,7 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
     GymFace.step_wait,
     Engine.step_wait,
     Engine._wait_slow,
+    Lanes.wait_batch,
     Lanes.wait_held,
     Lanes.batch,
     ChannelTransport.read_lane,
@@ -90,6 +93,7 @@ RESET_CODE: list[Callable[..., Any]] = [
     Engine.reset,
     Engine._run_reset,
     Lanes.launch_reset,
+    Lane.post,
     Lanes.posts,
     ChannelTransport.post,
     Lanes.wait,
@@ -123,9 +127,11 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
     Lanes.plan,
     Lanes.ring,
+    Lane.ring,
     Lanes._some,
     Lanes.rung,
     ChannelTransport.ring,
+    Lanes.wait_batch,
     Lanes.wait_held,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,  # (Tianshou's info dicts per env follow the record)

@@ -23,7 +23,7 @@ from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from ray_multiprocess_env.errors import RemoteEnvError
@@ -53,6 +53,7 @@ SEND_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.send,
     FirstReadyLanes.send,
     Lanes.rung,
+    Lane.ring,
     CallState.has_call_to,
     CallState.put_in_flight,
     Calls.launch,  # (the slow path's: the pipe and Ray transports, some of a worker's envs)
@@ -64,6 +65,7 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.async_reset,
     FirstReadyLanes.reset,
     Lanes.posts,
+    Lane.post,
     ChannelTransport.post,
     CallState.put_in_flight,
     Calls.launch,  # (the slow path's: the pipe and Ray transports)

@@ -62,14 +62,7 @@ class FirstReadyLanes:
             if state.has_call_to(lane.worker):
                 return False  # (the slow path says why, or sends it with the others)
         with DEFERRED:  # rung and in flight, or neither
-            sent = []
-            for lane, chunk in rung:
-                ticket = Ticket(
-                    lane.worker, lane.generation, "step", (chunk, None), lane.envs, True
-                )
-                lane.transport.ring(chunk, ticket)
-                sent.append((ticket, "step"))
-            state.put_in_flight(sent)
+            state.put_in_flight([(lane.ring(chunk), "step") for lane, chunk in rung])
         return True
 
     def reset(self, args: Sequence[tuple[Any, ...] | None]) -> bool:
@@ -82,12 +75,12 @@ class FirstReadyLanes:
             return False
         called, messages, kept = posts
         with DEFERRED:  # posted and in flight, or neither
-            sent = []
-            for lane, message, worker_args in zip(called, messages, kept, strict=True):
-                ticket = Ticket(lane.worker, lane.generation, "reset", worker_args, lane.envs)
-                lane.transport.post(message, ticket)
-                sent.append((ticket, "reset"))
-            self._state.put_in_flight(sent)
+            self._state.put_in_flight(
+                [
+                    (lane.post(message, worker_args), "reset")
+                    for lane, message, worker_args in zip(called, messages, kept, strict=True)
+                ]
+            )
             self._store.ready[:] = True
         return True
 

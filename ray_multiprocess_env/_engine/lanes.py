@@ -74,6 +74,24 @@ class Lane:
         self.poller = select.poll()  # (`Lanes.wait_held`)
         self.poller.register(self.transport.fileno(), select.POLLIN)
 
+    def ring(self, actions: np.ndarray) -> Ticket:
+        """Ring a step of all of its worker's envs with `actions`: the ticket waiting for it.
+
+        Call it with interrupts held back, after `ChannelTransport.can_ring`.
+        """
+        ticket = Ticket(self.worker, self.generation, "step", (actions, None), self.envs, True)
+        self.transport.ring(actions, ticket)
+        return ticket
+
+    def post(self, message: bytes, args: Any) -> Ticket:
+        """Post its worker's reset (`message`, of `args`): the ticket waiting for it.
+
+        Call it with interrupts held back, after `ChannelTransport.can_post`.
+        """
+        ticket = Ticket(self.worker, self.generation, "reset", args, self.envs)
+        self.transport.post(message, ticket)
+        return ticket
+
 
 class LaneSet:
     """Every worker's lane, as made once all were hot, and pollers of sets of their pipes.
@@ -202,11 +220,7 @@ class Lanes:
         Call it with interrupts held back.
         """
         called, chunks = plan
-        tickets = []
-        for lane, chunk in zip(called, chunks, strict=True):
-            ticket = Ticket(lane.worker, lane.generation, "step", (chunk, None), lane.envs, True)
-            lane.transport.ring(chunk, ticket)
-            tickets.append(ticket)
+        tickets = [lane.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
         return Call("step", label, tickets, True)
 
     def rung(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> list[Any] | None:
@@ -250,11 +264,10 @@ class Lanes:
             return None
         called, messages, kept = posts
         with DEFERRED:  # every reset sent, or the call given up
-            tickets = []
-            for lane, message, worker_args in zip(called, messages, kept, strict=True):
-                ticket = Ticket(lane.worker, lane.generation, "reset", worker_args, lane.envs)
-                lane.transport.post(message, ticket)
-                tickets.append(ticket)
+            tickets = [
+                lane.post(message, worker_args)
+                for lane, message, worker_args in zip(called, messages, kept, strict=True)
+            ]
             return Call("reset", label, tickets, True)
 
     def posts(
@@ -342,6 +355,18 @@ class Lanes:
             elif ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                 return False
         return True
+
+    def wait_batch(
+        self, call: Call, deadline: float | None, env_ids: np.ndarray | None = None
+    ) -> Batch | None:
+        """`call`'s step's `batch` once every worker answered in place (None: the slow path's).
+
+        In the caller's block that holds interrupts back (the outermost one), where the step
+        was rung or taken and its batch is handed out: a Ctrl-C gives the step up, its envs
+        owing what it carried (`owe_on_interrupt`, then `wait_held`).
+        """
+        self.owe_on_interrupt(call)
+        return self.batch(call, env_ids) if self.wait_held(call, deadline) else None
 
     def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
         """The batch of a step every worker answered (`wait`): of every env, or of `env_ids`.

@@ -61,9 +61,8 @@ class StepVerbs(FirstReadyVerbs):
         # slow path): a step given up owes only what its own replies carried.
         with DEFERRED:
             call = lanes.ring(plan, "step")
-            lanes.owe_on_interrupt(call)
-            if lanes.wait_held(call, deadline):
-                batch = lanes.batch(call)
+            batch = lanes.wait_batch(call, deadline)
+            if batch is not None:
                 return hand_out(
                     self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
                 )
@@ -86,14 +85,13 @@ class StepVerbs(FirstReadyVerbs):
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
         lanes = self._lanes
         # Taken, waited for and handed out in one block, as `step` does on the lanes: a Ctrl-C
-        # gives the step up whole, its envs owing what it carried (`owe_on_interrupt`; on the
+        # gives the step up whole, its envs owing what it carried (`Lanes.wait_batch`; on the
         # slow path, `Calls.abandon`).
         with DEFERRED:
             call = self._state.take_pending()
             if lanes is not None and call.lanes:
-                lanes.owe_on_interrupt(call)
-                if lanes.wait_held(call, deadline):
-                    batch = lanes.batch(call)
+                batch = lanes.wait_batch(call, deadline)
+                if batch is not None:
                     return hand_out(
                         self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
                     )
@@ -177,9 +175,8 @@ class StepVerbs(FirstReadyVerbs):
         if lanes is not None and plan is not None:  # whole workers' envs, each worker rung
             with DEFERRED:  # rung, waited for and handed out in one block, as `step` does
                 call = lanes.ring(plan, label)
-                lanes.owe_on_interrupt(call)
-                if lanes.wait_held(call, deadline):
-                    batch = lanes.batch(call, ids)
+                batch = lanes.wait_batch(call, deadline, ids)
+                if batch is not None:
                     return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
             positions: list[Any] = [None] * len(self._pool.workers)
         else:
