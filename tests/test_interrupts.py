@@ -49,6 +49,7 @@ STEP_CODE: list[Callable[..., Any]] = [
     Lanes.wait,
     Lanes.wait_batch,
     Lanes.wait_held,
+    Lanes.read,
     Lanes.batch,
     ChannelTransport.read_lane,
     ChannelTransport._answer,
@@ -66,6 +67,7 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
     Engine._wait_slow,
     Lanes.wait_batch,
     Lanes.wait_held,
+    Lanes.read,
     Lanes.batch,
     ChannelTransport.read_lane,
     Calls.wait,
@@ -79,6 +81,7 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._wait_slow,
     Lanes.wait,
     Lanes.wait_held,
+    Lanes.read,
     ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
     ChannelTransport._rows_in,
     StreamRows.take,
@@ -98,6 +101,7 @@ RESET_CODE: list[Callable[..., Any]] = [
     ChannelTransport.post,
     Lanes.wait,
     Lanes.wait_held,
+    Lanes.read,
     Calls.wait,
     type(DEFERRED).__enter__,
     type(DEFERRED).__exit__,
@@ -109,6 +113,7 @@ RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.wait,
     Lanes.wait_held,
+    Lanes.read,
     ChannelTransport._take_infos,
 ]
 
@@ -133,6 +138,7 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     ChannelTransport.ring,
     Lanes.wait_batch,
     Lanes.wait_held,
+    Lanes.read,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,  # (Tianshou's info dicts per env follow the record)
     ChannelTransport._rows_in,

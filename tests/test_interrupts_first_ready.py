@@ -42,6 +42,8 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState.put_in_flight,
     hand_out,
     FirstReadyLanes.recv,
+    Lanes.read,
+    Lanes._read_first,
     first_ready_lanes._parts,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
@@ -75,6 +77,8 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 #: Where `recv` hands the calls the lanes sent to the slow path (an env raised in one).
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.recv,
+    Lanes.read,
+    Lanes._read_first,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,
     ChannelTransport._settle_messages,

@@ -31,8 +31,7 @@ from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Ticket, timeout_ms
-from ray_multiprocess_env._engine.transports.channel import OTHER
+from ray_multiprocess_env._engine.transports.base import Ticket
 
 __all__ = ["FirstReadyLanes", "NotHot"]
 
@@ -94,21 +93,10 @@ class FirstReadyLanes:
         flight.
         """
         state = self._state
-        in_flight = state.in_flight
         found = None if self._pool.lost_episodes.any else self._lanes.now()
         if found is None:
             raise NotHot
-        lanes, key, envs_in = found.lanes, 0, 0
-        for ticket, _ in in_flight:
-            transport = lanes[ticket.worker].transport
-            if ticket.transport is not transport or transport.broken or transport.wants_write:
-                raise NotHot  # (a worker replaced or lost, a message not all written)
-            if ticket.outcome is not None:
-                if ticket.code == OTHER:
-                    raise NotHot  # (not an answer in place: the slow path judges it)
-                envs_in += len(ticket.envs)
-            key |= 1 << ticket.worker
-        poller, by_fd, _ = found.polled(key)
+        tickets = [ticket for ticket, _ in state.in_flight]
         put: list[tuple[Ticket, str]] = []
         taken = False
         try:
@@ -118,19 +106,10 @@ class FirstReadyLanes:
             # takes over), and the results taken out go back in flight first (`_put_back`,
             # registered to run then).
             with DEFERRED:
-                while envs_in < min_envs:
-                    if envs_in and _all_in(in_flight):
-                        break
-                    timeout = None if deadline is None else timeout_ms(deadline)
-                    ready = DEFERRED.poll(poller, timeout)
-                    if not ready:
-                        raise NotHot  # (at `deadline`: the slow path's wait says so)
-                    for fd, _ in ready:
-                        if lanes[by_fd[fd]].transport.read_lane() == OTHER:
-                            raise NotHot  # (settled as the slow path's read would, or ended)
-                    envs_in = _envs_in(in_flight)
-                answered = [ticket for ticket, _ in in_flight if ticket.outcome is not None]
-                env_ids, parts, old_api = _parts(answered, lanes)
+                if not self._lanes.read(tickets, min_envs, deadline):
+                    raise NotHot  # (the slow path's wait and judging: `Lanes.read`)
+                answered = [ticket for ticket in tickets if ticket.outcome is not None]
+                env_ids, parts, old_api = _parts(answered, found.lanes)
                 put = state.take(answered)
                 taken = True
                 DEFERRED.undo_on_interrupt(_put_back, state, put)
@@ -153,12 +132,10 @@ def _parts(
     `lanes`: every worker's lane, by worker.
 
     ``(env ids ascending, (first env of its worker, infos) per answer, whether an env
-    spoke old gym's API)``. `NotHot` if an answer is not in place (`Ticket.code`).
+    spoke old gym's API)``. Each answer is in place (`Lanes.read` said so).
     """
     if len(answered) == 1:  # (one worker's envs: the usual)
         ticket = answered[0]
-        if ticket.code == OTHER:
-            raise NotHot
         reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
         envs = ticket.envs
         start = lanes[ticket.worker].start
@@ -170,8 +147,6 @@ def _parts(
     parts: list[tuple[int, Any]] = []
     old_api, ids, whole = False, [], True
     for ticket in answered:
-        if ticket.code == OTHER:
-            raise NotHot
         reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
         parts.append((lanes[ticket.worker].start, reply.infos))
         old_api |= reply.old_api
@@ -189,20 +164,6 @@ def _parts(
 def _first(envs: range) -> int:
     """The first env of a worker's run (what `_parts` sorts by)."""
     return envs.start
-
-
-def _envs_in(in_flight: list[tuple[Ticket, str]]) -> int:
-    """How many envs the answers read so far cover."""
-    envs_in = 0
-    for ticket, _ in in_flight:
-        if ticket.outcome is not None:
-            envs_in += len(ticket.envs)
-    return envs_in
-
-
-def _all_in(in_flight: list[tuple[Ticket, str]]) -> bool:
-    """Whether every call in flight was answered (then `recv` takes what there is)."""
-    return all(ticket.outcome is not None for ticket, _ in in_flight)
 
 
 def _put_back(state: CallState, put: list[tuple[Ticket, str]]) -> None:

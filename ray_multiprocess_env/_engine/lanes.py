@@ -322,21 +322,47 @@ class Lanes:
     def wait_held(self, call: Call, deadline: float | None) -> bool:
         """`wait`, in the caller's block that holds interrupts back (the outermost one).
 
-        For a verb that rings, waits and hands out in one block (`Engine.step`): a Ctrl-C
-        held back before the wait, or arriving in it, comes through in ``poll``, where nothing
-        is half read (`_DeferredInterrupts.poll`), and gives the call up.
+        For a verb that rings, waits and hands out in one block (`Engine.step`): `read` of
+        every answer of `call` (False if it was not rung on the lanes).
+        """
+        return call.lanes and self.read(call.tickets, None, deadline)
 
-        It waits for one worker at a time, polling only its pipe, from the last rung to the
-        first: the call needs every answer, and a wait that woke at each one (a poll of every
-        pipe) slept and woke about once per worker, the driver's largest cost per worker
+    def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
+        """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).
+
+        Whether they did, each an answer in place (`Ticket.code`); the reads settle the
+        tickets. False (the slow path's to wait for and judge) when the wait reaches
+        `deadline`, when a reply is anything else, when a ticket's worker was replaced or its
+        channel broke, or when part of a message still waits to be written. Call it in the
+        caller's block that holds interrupts back (the outermost one): a Ctrl-C held back
+        before the wait, or arriving in it, comes through in ``poll``, where nothing is half
+        read (`_DeferredInterrupts.poll`).
+
+        Lockstep is first-ready with the whole batch: it reads the same way, only waiting for
+        every ticket. Then it waits for one worker at a time, polling only its pipe, from the
+        last rung to the first: a wait that woke at each answer (a poll of every pipe) slept
+        and woke about once per worker, the driver's largest cost per worker
         (`benchmarks.driver_cost`). The workers run in about the order they were rung, so
         while it waits for the last, the others answer, and it reads them without sleeping
-        again. A worker that is gone is found when its turn comes (its pipe ends).
+        again. Waiting for fewer, it polls the pipes of every ticket's worker and reads those
+        that answered, until enough envs are in.
         """
-        if not call.lanes:
-            return False
         lanes = self._lanes.lanes
-        for ticket in reversed(call.tickets):
+        if wanted is not None:  # (first-ready: enough envs, or maybe every ticket's)
+            envs_in = total = 0
+            for ticket in tickets:
+                transport = lanes[ticket.worker].transport
+                if transport is not ticket.transport or transport.broken:
+                    return False  # (a worker replaced or lost)
+                count = len(ticket.envs)
+                total += count
+                if ticket.outcome is not None:
+                    if ticket.code == OTHER:  # (settled by the slow path's read, or lost)
+                        return False
+                    envs_in += count
+            if wanted < total:
+                return envs_in >= wanted or self._read_first(tickets, wanted, envs_in, deadline)
+        for ticket in reversed(tickets):
             if ticket.outcome is None:
                 lane = lanes[ticket.worker]
                 transport = lane.transport
@@ -348,12 +374,36 @@ class Lanes:
                     if not DEFERRED.poll(lane.poller, timeout):
                         return False  # (at `deadline`: the slow path's wait says so)
                     code = transport.read_lane()
-                if code == OTHER:  # (settled by what came, or the end found again by the
-                    return False  # slow path's read)
-                if ticket.outcome is None:  # (an answer to a later message: none is sent
-                    return False  # while a lane call waits, but the slow path would know)
+                if code == OTHER or ticket.outcome is None:  # (settled by what came, or the
+                    return False  # end found again by the slow path's read; or an answer to
+                    # a later message of its worker's: the slow path would know)
             elif ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                 return False
+        return True
+
+    def _read_first(
+        self, tickets: list[Ticket], wanted: int, envs_in: int, deadline: float | None
+    ) -> bool:
+        """`read` of the first answers to come until `wanted` envs are in (`envs_in` are)."""
+        lanes = self._lanes.lanes
+        key = 0
+        for ticket in tickets:
+            if lanes[ticket.worker].transport.wants_write:
+                return False  # (a message not all written)
+            key |= 1 << ticket.worker
+        poller, by_fd, _ = self._lanes.polled(key)
+        while envs_in < wanted:
+            timeout = None if deadline is None else timeout_ms(deadline)
+            ready = DEFERRED.poll(poller, timeout)
+            if not ready:
+                return False  # (at `deadline`: the slow path's wait says so)
+            for fd, _ in ready:
+                if lanes[by_fd[fd]].transport.read_lane() == OTHER:
+                    return False  # (settled as the slow path's read would, or ended)
+            envs_in = 0
+            for ticket in tickets:
+                if ticket.outcome is not None:
+                    envs_in += len(ticket.envs)
         return True
 
     def wait_batch(
