@@ -77,7 +77,8 @@ class Lane:
     def ring(self, actions: np.ndarray) -> Ticket:
         """Ring a step of all of its worker's envs with `actions`: the ticket waiting for it.
 
-        Call it with interrupts held back, after `ChannelTransport.can_ring`.
+        Call it with interrupts held back, after `ChannelTransport.can_post`, with actions in
+        the layout of its rows (`LaneSet.actions`).
         """
         ticket = Ticket(self.worker, self.generation, "step", (actions, None), self.envs, True)
         self.transport.ring(actions, ticket)
@@ -208,7 +209,7 @@ class Lanes:
             return None
         called, chunks = found.lanes, []
         for lane in called:
-            if not lane.transport.can_post():  # (then its rows take its slice: `can_ring`)
+            if not lane.transport.can_post():  # (then its rows take its slice)
                 return None
             chunks.append(actions[lane.start : lane.stop])
         return called, chunks
@@ -229,16 +230,18 @@ class Lanes:
         Row i of `actions` is for env ``env_ids[i]``. None (not the lanes') unless `env_ids`
         are whole workers' envs, each worker's in order, and each lane can ring its rows now.
         """
+        layout = found.actions  # (each lane's rows take its slice: checked once)
+        if layout is None or actions.dtype != layout[0] or actions.shape[1:] != layout[1][1:]:
+            return None
         runs = whole_worker_runs(self._lists, self._owner, env_ids)
-        if runs is None:
+        if runs is None or len(actions) != len(env_ids):
             return None
         out = []
         for worker, row in runs:
             lane = found.lanes[worker]
-            chunk = actions[row : row + lane.stop - lane.start]
-            if not lane.transport.can_ring(chunk):
+            if not lane.transport.can_post():
                 return None
-            out.append((lane, chunk))
+            out.append((lane, actions[row : row + lane.stop - lane.start]))
         return out
 
     def _some(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> StepPlan | None:

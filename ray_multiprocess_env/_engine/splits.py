@@ -60,17 +60,21 @@ def whole_worker_runs(
 ) -> list[tuple[int, int]] | None:
     """``(worker, first row)`` for each worker, if `env_ids` are whole workers' envs in order.
 
-    `env_lists`: each worker's envs; `owner`: each env's worker. None if `env_ids` are not
-    such envs (what `recv` hands back is).
+    `env_lists`: each worker's envs (consecutive, worker after worker); `owner`: each env's
+    worker. None if `env_ids` are not such envs (what `recv` hands back is).
     """
     if type(env_ids) is list:  # (as the faces' checks leave them: only read here)
         ids = env_ids
     else:
         ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
     if ids:  # (one worker's envs: what a `recv` usually hands back)
-        worker = owner[ids[0]]
-        if ids == env_lists[worker]:
+        first, last = ids[0], ids[-1]
+        worker, envs = owner[first], env_lists[owner[first]]
+        if ids == envs:
             return [(worker, 0)]
+        end = owner[last]  # (consecutive workers' envs, in order: each a run of `ids`)
+        if first == envs[0] and last == env_lists[end][-1] and ids == list(range(first, last + 1)):
+            return [(w, env_lists[w][0] - first) for w in range(worker, end + 1)]
     runs, row, count, seen = [], 0, len(ids), 0
     while row < count:
         worker = owner[ids[row]]

@@ -124,7 +124,7 @@ class ChannelTransport:
         self._inbox = Inbox(deferred_interrupts)
         self.broken = False  # the channel closed: the worker died, or serving ended
         self._lost: Outcome | None = None  # the outcome of every ticket once broken
-        self._leaf: np.ndarray | None = None  # the rows of actions `ring` writes (`can_ring`)
+        self._leaf: np.ndarray | None = None  # the rows of actions `ring` writes
         self._actions_shared = False  # the worker uses the rows: actions may go through them
 
     @classmethod
@@ -229,31 +229,14 @@ class ChannelTransport:
             self._break()  # outside the deferral: asking Ray why may take a moment
 
     # -- the lanes' (a hot transport's): a doorbell, and records read as they come ----------
-    def can_ring(self, actions: Any) -> bool:
-        """Whether `ring` can send a step of all of this worker's envs with these `actions`.
-
-        Only while the worker uses its rows, has answered every message and nothing waits to
-        be written, and only for actions in the rows' layout (one array).
-        """
-        leaf = self._leaf
-        return (
-            leaf is not None
-            and not self.broken
-            and self._answered == self._seq
-            and not self._outbox.pending
-            and type(actions) is np.ndarray
-            and actions.dtype == leaf.dtype
-            and actions.shape == leaf.shape
-        )
-
     def ring(self, actions: np.ndarray, ticket: Ticket) -> int:
         """Send a step of all of this worker's envs as a doorbell: its sequence number.
 
-        The lanes'; call it with interrupts held back, after `can_ring`. The actions go into
-        the rows, the doorbell onto the channel (with the rows, if they travel); `ticket`
-        waits for the reply (`post`).
+        The lanes'; call it with interrupts held back, after `can_post`, with `actions` in the
+        layout of the rows (`action_rows`). The actions go into the rows, the doorbell onto
+        the channel (with the rows, if they travel); `ticket` waits for the reply (`post`).
         """
-        self._leaf[...] = actions  # type: ignore[index]  # (not None: see `can_ring`)
+        self._leaf[...] = actions  # type: ignore[index]  # (not None: see `action_rows`)
         return self.post(self._rows.message(DOORBELL, None), ticket)  # type: ignore[union-attr]
 
     def can_post(self) -> bool:
