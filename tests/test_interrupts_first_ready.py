@@ -43,7 +43,6 @@ RECV_CODE: list[Callable[..., Any]] = [
     hand_out,
     FirstReadyLanes.recv,
     Lanes.read,
-    Lanes._read_first,
     first_ready_lanes._parts,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
@@ -78,7 +77,6 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     FirstReadyLanes.recv,
     Lanes.read,
-    Lanes._read_first,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,
     ChannelTransport._settle_messages,

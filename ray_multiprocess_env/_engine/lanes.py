@@ -333,6 +333,8 @@ class Lanes:
     def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
         """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).
 
+        `wanted`, if not None, must be fewer than the envs of `tickets`.
+
         Whether they did, each an answer in place (`Ticket.code`); the reads settle the
         tickets. False (the slow path's to wait for and judge) when the wait reaches
         `deadline`, when a reply is anything else, when a ticket's worker was replaced or its
@@ -347,25 +349,37 @@ class Lanes:
         and woke about once per worker, the driver's largest cost per worker
         (`benchmarks.driver_cost`). The workers run in about the order they were rung, so
         while it waits for the last, the others answer, and it reads them without sleeping
-        again. Waiting for fewer, it polls the pipes of every ticket's worker and reads those
-        that answered, until enough envs are in.
+        again. Waiting for fewer, it polls the pipes of every ticket's worker at once and
+        reads those that answered, until enough envs are in.
         """
         lanes = self._lanes.lanes
-        if wanted is not None:  # (first-ready: enough envs, or maybe every ticket's)
-            envs_in = total = 0
+        if wanted is not None:  # (the first answers to come: every pipe polled at once)
+            envs_in = key = 0
             for ticket in tickets:
                 transport = lanes[ticket.worker].transport
-                if transport is not ticket.transport or transport.broken:
-                    return False  # (a worker replaced or lost)
-                count = len(ticket.envs)
-                total += count
+                if transport is not ticket.transport or transport.broken or transport.wants_write:
+                    return False  # (a worker replaced or lost, a message not all written)
+                key |= 1 << ticket.worker
                 if ticket.outcome is not None:
                     if ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                         return False
-                    envs_in += count
-            if wanted < total:
-                return envs_in >= wanted or self._read_first(tickets, wanted, envs_in, deadline)
-        for ticket in reversed(tickets):
+                    envs_in += len(ticket.envs)
+            if envs_in < wanted:
+                poller, by_fd, _ = self._lanes.polled(key)
+                while envs_in < wanted:
+                    timeout = None if deadline is None else timeout_ms(deadline)
+                    ready = DEFERRED.poll(poller, timeout)
+                    if not ready:
+                        return False  # (at `deadline`: the slow path's wait says so)
+                    for fd, _ in ready:
+                        if lanes[by_fd[fd]].transport.read_lane() == OTHER:
+                            return False  # (settled as the slow path's read would, or ended)
+                    envs_in = 0
+                    for ticket in tickets:
+                        if ticket.outcome is not None:
+                            envs_in += len(ticket.envs)
+            return True
+        for ticket in reversed(tickets):  # (every answer: one worker at a time)
             if ticket.outcome is None:
                 lane = lanes[ticket.worker]
                 transport = lane.transport
@@ -382,31 +396,6 @@ class Lanes:
                     # a later message of its worker's: the slow path would know)
             elif ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                 return False
-        return True
-
-    def _read_first(
-        self, tickets: list[Ticket], wanted: int, envs_in: int, deadline: float | None
-    ) -> bool:
-        """`read` of the first answers to come until `wanted` envs are in (`envs_in` are)."""
-        lanes = self._lanes.lanes
-        key = 0
-        for ticket in tickets:
-            if lanes[ticket.worker].transport.wants_write:
-                return False  # (a message not all written)
-            key |= 1 << ticket.worker
-        poller, by_fd, _ = self._lanes.polled(key)
-        while envs_in < wanted:
-            timeout = None if deadline is None else timeout_ms(deadline)
-            ready = DEFERRED.poll(poller, timeout)
-            if not ready:
-                return False  # (at `deadline`: the slow path's wait says so)
-            for fd, _ in ready:
-                if lanes[by_fd[fd]].transport.read_lane() == OTHER:
-                    return False  # (settled as the slow path's read would, or ended)
-            envs_in = 0
-            for ticket in tickets:
-                if ticket.outcome is not None:
-                    envs_in += len(ticket.envs)
         return True
 
     def wait_batch(

@@ -68,11 +68,12 @@ def whole_worker_runs(
     else:
         ids = env_ids.tolist() if type(env_ids) is np.ndarray else list(env_ids)
     if ids:  # (one worker's envs: what a `recv` usually hands back)
-        first, last = ids[0], ids[-1]
-        worker, envs = owner[first], env_lists[owner[first]]
+        worker = owner[ids[0]]
+        envs = env_lists[worker]
         if ids == envs:
             return [(worker, 0)]
-        end = owner[last]  # (consecutive workers' envs, in order: each a run of `ids`)
+        first, last = ids[0], ids[-1]  # (consecutive workers' envs, in order: a run each)
+        end = owner[last]
         if first == envs[0] and last == env_lists[end][-1] and ids == list(range(first, last + 1)):
             return [(w, env_lists[w][0] - first) for w in range(worker, end + 1)]
     runs, row, count, seen = [], 0, len(ids), 0
