@@ -29,8 +29,10 @@ timed); with ``--functions N`` it lists the N functions that run the most of the
 envpool-style loop runs them (a worker's envs come back together, so a `recv` may hand back
 more than one worker's). The count includes the loop's own (about 50 bytecodes). How many
 workers a `recv` hands back depends on timing, so the count does too; ``--first-ready
---fixed`` counts two loops where it does not: one worker of `k` envs (``recv(batch_size=k)``
-always hands back that worker), and 2 workers of `k` with ``recv()`` waiting for both.
+--fixed`` counts three loops where it does not: one worker of `k` envs (``recv(batch_size=k)``
+always hands back that worker), 2 workers of `k` with ``recv()`` waiting for both, and 2
+workers of `k` with ``recv(batch_size=k)`` while the second is inside a step of a few seconds
+(each `recv` polls both pipes and hands back the first worker's envs: envpool's usual case).
 
 ``--verbs`` counts the engine's other steps and resets instead: `step_envs` (Tianshou's
 synchronous ``step(action, id)``) of one worker's envs and of every env, and `reset` of every
@@ -52,11 +54,12 @@ from typing import Any
 import numpy as np
 import ray
 
-from ray_multiprocess_env import make_vector_env
+from ray_multiprocess_env import GymnasiumVectorEnv, make_vector_env
 from ray_multiprocess_env._protocol.pipes import HEADER
 from ray_multiprocess_env._protocol.status import DOORBELL, RECORD
 
 _TURN = 20  # steps per turn
+_STUCK_S = 5.0  # seconds of the stuck worker's step (`_one_of_two`): past the loops counted
 
 
 def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
@@ -205,9 +208,10 @@ def first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, Any]:
 
 
 def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
-    """Bytecodes per first-ready round trip, each `recv` handing back every worker's envs.
+    """Bytecodes per first-ready round trip, where what each `recv` hands back is fixed.
 
-    By loop (1 worker of `k` envs, 2 workers): the count does not depend on timing.
+    By loop (1 worker of `k` envs, 2 workers, 1 of 2 workers): the count does not depend on
+    timing.
     """
     out = {}
     for workers, label in ((1, "1 worker"), (2, "2 workers")):
@@ -229,7 +233,46 @@ def fixed_first_ready_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, f
             env.recv()
         finally:
             env.close()
+    out[f"1 of 2 workers x {k}, `recv(batch_size={k})` + `send`"] = _one_of_two(env_id, k, rounds)
     return out
+
+
+def _one_of_two(env_id: str, k: int, rounds: int) -> float:
+    """Bytecodes per `recv(batch_size=k)` + `send` that wait for one of two workers.
+
+    The other worker is inside a step of a few seconds all along, so each `recv` polls both
+    pipes and hands back the first worker's envs (envpool's loop, its usual case).
+    """
+    import gymnasium as gym
+
+    class Stuck(gym.Wrapper):  # type: ignore[type-arg]  # (in a function: pickled by value)
+        def step(self, action: Any) -> Any:
+            time.sleep(_STUCK_S / k)  # (its k envs in turn: `_STUCK_S` in all)
+            return self.env.step(action)
+
+    def stuck() -> Any:
+        return Stuck(gym.make(env_id))
+
+    env = GymnasiumVectorEnv([lambda: gym.make(env_id)] * k + [stuck] * k, envs_per_worker=k)
+    try:
+        env.reset(seed=0)
+        space = env.single_action_space
+        actions = np.zeros((2 * k, *space.shape), dtype=space.dtype)
+
+        def loop(count: int, at: int) -> None:
+            for _ in range(count):
+                ids = env.recv(batch_size=k)[-1]["env_id"]
+                if len(ids) != k or ids[0] != 0:  # (the stuck worker answered: too soon)
+                    raise RuntimeError(f"`recv` handed back envs {ids}; raise _STUCK_S")
+                env.send(actions[:k], ids)
+
+        env.send(actions, np.arange(2 * k))
+        loop(50, 0)  # (warm)
+        ops = sum(_bytecodes(loop, max(rounds, 1)).values())
+        env.recv(timeout=_STUCK_S * 2)
+        return ops
+    finally:
+        env.close()
 
 
 def verb_bytecodes(env_id: str, k: int, rounds: int) -> dict[str, float]:
