@@ -341,7 +341,7 @@ def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true()
     with contextlib.closing(envs):
         envs.reset()
         fired_in = given_up = 0
-        for function, line in rounds_of([*code, Lanes.wait, Lanes.wait_held, hand_out]):
+        for function, line in rounds_of([*code, Lanes.wait, Lanes.wait_held, Lanes.read, hand_out]):
             envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
             fired = []
             with contextlib.suppress(KeyboardInterrupt):

@@ -95,14 +95,19 @@ def _seeded(seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    ("transport", "sent"),
-    [(transport, "steps") for transport in TRANSPORTS] + [("auto", "reset"), ("tcp", "reset")],
+    ("transport", "sent", "batch_size"),
+    [(transport, "steps", None) for transport in TRANSPORTS]
+    + [("auto", "reset", None), ("tcp", "reset", None), ("auto", "steps", 2), ("tcp", "steps", 2)],
 )
-def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport, sent):
-    """Ctrl-C anywhere in `recv` of steps or a reset: each env's result comes back once."""
+def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport, sent, batch_size):
+    """Ctrl-C anywhere in `recv` of steps or a reset: each env's result comes back once.
+
+    A `recv` of every env in flight waits for each worker in turn; one of fewer (`batch_size`)
+    polls every worker's pipe at once (`Lanes.read`).
+    """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
-        _recv_at_each_line(envs, rounds_of(RECV_CODE), sent)
+        _recv_at_each_line(envs, rounds_of(RECV_CODE), sent, batch_size=batch_size)
 
 
 #: Where `recv` hands results out (the first Ctrl-C), and where a key held down lands again:
@@ -151,10 +156,12 @@ def _recv_at_each_line(
     held: list[Callable[..., Any]] | tuple[()] = (),
     min_fired: int = 11,
     within: list[Callable[..., Any]] | tuple[()] = (),
+    batch_size: int | None = None,
 ) -> None:
     """Per round: send steps (or a reset), `recv` with a Ctrl-C at the line, collect the rest.
 
-    At least `min_fired` of the lines must run (the interrupts were real).
+    At least `min_fired` of the lines must run (the interrupts were real). `batch_size`: the
+    interrupted `recv`'s.
     """
     envs.reset()
     expected = np.zeros(4)
@@ -170,7 +177,7 @@ def _recv_at_each_line(
         got, fired = None, []
         with contextlib.suppress(KeyboardInterrupt):  # (it may land once `got` is set)
             with interrupt_at_line(function, line, held, within) as fired:
-                got = envs.recv()
+                got = envs.recv(batch_size=batch_size)
         if got is not None:
             received.update(zip(_ids(got[-1]), got[0][:, 0].tolist(), strict=True))
         fired_in += bool(fired)

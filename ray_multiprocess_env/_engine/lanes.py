@@ -55,8 +55,8 @@ __all__ = [
     "StepPlan",
 ]
 
-#: A poller of some workers' pipes, with each descriptor's worker and its place among them.
-Polled = tuple[Any, dict[int, int], dict[int, int]]
+#: A poller of some workers' pipes, with each descriptor's worker.
+Polled = tuple[Any, dict[int, int]]
 
 #: The most pollers a `LaneSet` keeps (one per set of workers waited on; then it starts over).
 _POLLERS = 256
@@ -71,7 +71,7 @@ class Lane:
         self.worker, self.generation, self.envs = worker.index, worker.generation, worker.envs
         self.transport: ChannelTransport = worker.transport  # (hot: see `Lanes.now`)
         self.start, self.stop = worker.envs.start, worker.envs.stop
-        self.poller = select.poll()  # (`Lanes.wait_held`)
+        self.poller = select.poll()  # (`Lanes.read` of every answer)
         self.poller.register(self.transport.fileno(), select.POLLIN)
 
     def ring(self, actions: np.ndarray) -> Ticket:
@@ -118,23 +118,19 @@ class LaneSet:
             self.actions = first.dtype, (num_envs, *first.shape[1:])
 
     def polled(self, key: int) -> Polled:
-        """A poller of the pipes of the workers in `key` (a bit each).
-
-        With each descriptor's worker, and its place among those workers (ascending).
-        """
+        """A poller of the pipes of the workers in `key` (a bit each), with each pipe's worker."""
         polled = self.pollers.get(key)
         if polled is None:
             poller = select.poll()
             worker_of: dict[int, int] = {}
-            at: dict[int, int] = {}
             for lane in self.lanes:
                 if key >> lane.worker & 1:
                     fd = lane.transport.fileno()
                     poller.register(fd, select.POLLIN)
-                    worker_of[fd], at[fd] = lane.worker, len(at)
+                    worker_of[fd] = lane.worker
             if len(self.pollers) >= _POLLERS:  # (sets of workers seen: bounded)
                 self.pollers = {}
-            polled = self.pollers[key] = (poller, worker_of, at)
+            polled = self.pollers[key] = (poller, worker_of)
         return polled
 
 
@@ -234,15 +230,16 @@ class Lanes:
         if layout is None or actions.dtype != layout[0] or actions.shape[1:] != layout[1][1:]:
             return None
         runs = whole_worker_runs(self._lists, self._owner, env_ids)
-        if runs is None or len(actions) != len(env_ids):
+        if runs is None:
             return None
-        out = []
+        out, end = [], 0
         for worker, row in runs:
             lane = found.lanes[worker]
             if not lane.transport.can_post():
                 return None
-            out.append((lane, actions[row : row + lane.stop - lane.start]))
-        return out
+            end = row + lane.stop - lane.start  # (the last run's end: the rows of `env_ids`)
+            out.append((lane, actions[row:end]))
+        return out if len(actions) == end else None
 
     def _some(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> StepPlan | None:
         """`launch`'s lanes and actions for the envs `env_ids` (None: not the lanes').
@@ -330,10 +327,10 @@ class Lanes:
         """
         return call.lanes and self.read(call.tickets, None, deadline)
 
-    def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
+    def read(
+        self, tickets: list[Ticket], wanted: int | None, deadline: float | None, total: int = 0
+    ) -> bool:
         """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).
-
-        `wanted`, if not None, must be fewer than the envs of `tickets`.
 
         Whether they did, each an answer in place (`Ticket.code`); the reads settle the
         tickets. False (the slow path's to wait for and judge) when the wait reaches
@@ -344,17 +341,21 @@ class Lanes:
         read (`_DeferredInterrupts.poll`).
 
         Lockstep is first-ready with the whole batch: it reads the same way, only waiting for
-        every ticket. Then it waits for one worker at a time, polling only its pipe, from the
-        last rung to the first: a wait that woke at each answer (a poll of every pipe) slept
-        and woke about once per worker, the driver's largest cost per worker
-        (`benchmarks.driver_cost`). The workers run in about the order they were rung, so
-        while it waits for the last, the others answer, and it reads them without sleeping
-        again. Waiting for fewer, it polls the pipes of every ticket's worker at once and
-        reads those that answered, until enough envs are in.
+        every ticket (`wanted` None: a call just rung or pending, whose tickets are looked at
+        one by one as their turn comes). Then it waits for one worker at a time, polling only
+        its pipe, from the last rung to the first: a wait that woke at each answer (a poll of
+        every pipe) slept and woke about once per worker, the driver's largest cost per
+        worker (`benchmarks.driver_cost`). The workers run in about the order they were rung,
+        so while it waits for the last, the others answer, and it reads them without sleeping
+        again. First-ready's `recv` gives `wanted` and the `total` of envs in flight, and every
+        ticket is looked at first, answered or not; if `wanted` is fewer than `total`, it
+        polls the pipes of every ticket's worker at once and reads those that answered, until
+        enough envs are in (or every ticket is answered), else it waits for every ticket.
         """
         lanes = self._lanes.lanes
-        if wanted is not None:  # (the first answers to come: every pipe polled at once)
+        if wanted is not None:  # (first-ready: every ticket looked at first)
             envs_in = key = 0
+            left = len(tickets)  # (not answered yet)
             for ticket in tickets:
                 transport = lanes[ticket.worker].transport
                 if transport is not ticket.transport or transport.broken or transport.wants_write:
@@ -364,9 +365,10 @@ class Lanes:
                     if ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                         return False
                     envs_in += len(ticket.envs)
-            if envs_in < wanted:
-                poller, by_fd, _ = self._lanes.polled(key)
-                while envs_in < wanted:
+                    left -= 1
+            if wanted < total:  # (the first answers to come: every pipe polled at once)
+                poller, by_fd = self._lanes.polled(key)
+                while envs_in < wanted and left:
                     timeout = None if deadline is None else timeout_ms(deadline)
                     ready = DEFERRED.poll(poller, timeout)
                     if not ready:
@@ -374,11 +376,12 @@ class Lanes:
                     for fd, _ in ready:
                         if lanes[by_fd[fd]].transport.read_lane() == OTHER:
                             return False  # (settled as the slow path's read would, or ended)
-                    envs_in = 0
+                    envs_in, left = 0, len(tickets)
                     for ticket in tickets:
                         if ticket.outcome is not None:
                             envs_in += len(ticket.envs)
-            return True
+                            left -= 1
+                return True
         for ticket in reversed(tickets):  # (every answer: one worker at a time)
             if ticket.outcome is None:
                 lane = lanes[ticket.worker]

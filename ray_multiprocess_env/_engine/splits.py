@@ -73,9 +73,11 @@ def whole_worker_runs(
         if ids == envs:
             return [(worker, 0)]
         first, last = ids[0], ids[-1]  # (consecutive workers' envs, in order: a run each)
-        end = owner[last]
-        if first == envs[0] and last == env_lists[end][-1] and ids == list(range(first, last + 1)):
-            return [(w, env_lists[w][0] - first) for w in range(worker, end + 1)]
+        if first == envs[0] and first < last < len(owner) and ids == list(range(first, last + 1)):
+            end = owner[last]
+            if last == env_lists[end][-1]:
+                return [(w, env_lists[w][0] - first) for w in range(worker, end + 1)]
+            return None  # (the last worker's envs cut short)
     runs, row, count, seen = [], 0, len(ids), 0
     while row < count:
         worker = owner[ids[row]]

@@ -54,7 +54,7 @@ class StepVerbs(FirstReadyVerbs):
         if lanes is None or plan is None:
             return self._wait_slow(self._launch_slow(actions), None, deadline, finish)
         # Rung, waited for and handed out in one block. A Ctrl-C held back while it rings, or
-        # coming while it waits, comes through in `poll` (`Lanes.wait_held`) and gives the step
+        # coming while it waits, comes through in `poll` (`Lanes.read`) and gives the step
         # up; one after the last `poll` is raised at the block's end, once the face has its
         # results made (its bookkeeping as the envs are). Nothing is taken out of the call
         # state on this road, and no report was owed (else `plan` leaves the step to the
