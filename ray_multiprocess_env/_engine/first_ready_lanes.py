@@ -4,11 +4,11 @@
 each worker's doorbell (`lanes.Lane`), its ticket waiting for the answer, in flight in the call
 state (`CallState.in_flight`) as every first-ready call is. `FirstReadyLanes.reset`
 (``async_reset``) posts each worker's reset as `Lanes.launch_reset` does; its answer is handed
-out as a step's. `recv` reads the answers of the workers with calls in flight (`read_lane`: a
-status record; or a reply with its rows in place and one info dict per env, SB3's layout, each
-settling its ticket) until enough envs are in, and hands their rows out of the store, all or
-nothing under a Ctrl-C: one that lands before the results are made leaves them in flight,
-answered, for the next `recv`.
+out as a step's. `recv` reads the answers of the workers with calls in flight with the read a
+lockstep step uses (`Lanes.read`: a status record; or a reply with its rows in place and one
+info dict per env, SB3's layout, each settling its ticket) until enough envs are in, and hands
+their rows out of the store, all or nothing under a Ctrl-C: one that lands before the results
+are made leaves them in flight, answered, for the next `recv`.
 
 Anything else leaves the calls to the slow path (`FirstReadyVerbs`), none taken out of flight
 (`NotHot`): a reply that is not an answer in place (an env error, a death, infos off the
