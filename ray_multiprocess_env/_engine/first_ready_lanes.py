@@ -106,7 +106,7 @@ class FirstReadyLanes:
             # takes over), and the results taken out go back in flight first (`_put_back`,
             # registered to run then).
             with DEFERRED:
-                if not self._lanes.read(tickets, min_envs, deadline, state.busy_count):
+                if not self._lanes.read(tickets, min_envs, deadline):
                     raise NotHot  # (the slow path's wait and judging: `Lanes.read`)
                 answered = [ticket for ticket in tickets if ticket.outcome is not None]
                 env_ids, parts, old_api = _parts(answered, found.lanes)

@@ -329,9 +329,7 @@ class Lanes:
         """
         return call.lanes and self.read(call.tickets, None, deadline)
 
-    def read(
-        self, tickets: list[Ticket], wanted: int | None, deadline: float | None, total: int = 0
-    ) -> bool:
+    def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
         """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).
 
         Whether they did, each an answer in place (`Ticket.code`); the reads settle the
@@ -349,24 +347,26 @@ class Lanes:
         every pipe) slept and woke about once per worker, the driver's largest cost per
         worker (`benchmarks.driver_cost`). The workers run in about the order they were rung,
         so while it waits for the last, the others answer, and it reads them without sleeping
-        again. First-ready's `recv` gives `wanted` and the `total` of envs in flight, and every
-        ticket is looked at first, answered or not; if `wanted` is fewer than `total`, it
-        polls the pipes of every ticket's worker at once and reads those that answered, until
-        enough envs are in (or every ticket is answered), else it waits for every ticket.
+        again. First-ready's `recv` gives `wanted`, and every ticket is looked at first,
+        answered or not; if `wanted` is fewer than the tickets' envs, it polls the pipes of
+        every ticket's worker at once and reads those that answered, until enough envs are in
+        (or every ticket is answered), else it waits for every ticket.
         """
         lanes = self._lanes.lanes
         if wanted is not None:  # (first-ready: every ticket looked at first)
-            envs_in = key = 0
+            envs_in = total = key = 0
             left = len(tickets)  # (not answered yet)
             for ticket in tickets:
                 transport = lanes[ticket.worker].transport
                 if transport is not ticket.transport or transport.broken or transport.wants_write:
                     return False  # (a worker replaced or lost, a message not all written)
                 key |= 1 << ticket.worker
+                count = len(ticket.envs)
+                total += count
                 if ticket.outcome is not None:
                     if ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                         return False
-                    envs_in += len(ticket.envs)
+                    envs_in += count
                     left -= 1
             if wanted < total:  # (the first answers to come: every pipe polled at once)
                 poller, by_fd = self._lanes.polled(key)
