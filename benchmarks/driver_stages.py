@@ -28,7 +28,6 @@ from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine import (
     call_state,
     first_ready,
-    first_ready_lanes,
     interrupts,
     store,
 )
@@ -40,7 +39,7 @@ STAGES = [
     (face.GymnasiumVectorEnv, "recv", "`recv`: all of it"),
     (type(interrupts.DEFERRED), "poll", "  waiting: `poll` (and the wake-up)"),
     (channel.ChannelTransport, "read_lane", "  reading the reply"),
-    (first_ready_lanes, "_parts", "  the answers' envs and infos"),
+    (first_ready, "_parts", "  the answers' envs and infos"),
     (call_state.CallState, "take", "  the call state: out of flight"),
     (store.BatchStore, "rows_of", "  the rows: copies of obs, rewards, flags, info columns"),
     (face.GymnasiumVectorEnv, "_received", "  the face's results"),

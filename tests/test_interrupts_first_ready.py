@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine import call_state, first_ready_lanes
+from ray_multiprocess_env._engine import call_state, first_ready
 from ray_multiprocess_env._engine.call_state import CallState, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
-from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
@@ -41,9 +40,8 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState._settle_state,
     CallState.put_in_flight,
     hand_out,
-    FirstReadyLanes.recv,
     Lanes.read,
-    first_ready_lanes._parts,
+    first_ready._parts,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
 ]
@@ -52,7 +50,7 @@ RECV_CODE: list[Callable[..., Any]] = [
 #: Where `send` rings the workers and puts their envs in flight.
 SEND_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.send,
-    FirstReadyLanes.send,
+    FirstReadyVerbs._send_on_lanes,
     Lanes.rung,
     Lane.ring,
     CallState.has_call_to,
@@ -64,7 +62,7 @@ SEND_CODE: list[Callable[..., Any]] = [
 #: Where `async_reset` posts each worker's reset and puts its envs in flight.
 ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.async_reset,
-    FirstReadyLanes.reset,
+    Lanes.launch_reset,
     Lanes.posts,
     Lane.post,
     ChannelTransport.post,
@@ -75,7 +73,6 @@ ASYNC_RESET_CODE: list[Callable[..., Any]] = [
 
 #: Where `recv` hands the calls the lanes sent to the slow path (an env raised in one).
 RECV_TAKE_OVER_CODE: list[Callable[..., Any]] = [
-    FirstReadyLanes.recv,
     Lanes.read,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,
@@ -113,19 +110,18 @@ def test_ctrl_c_at_any_line_of_recv_loses_no_result_and_wedges_nothing(transport
 #: Where `recv` hands results out (the first Ctrl-C), and where a key held down lands again:
 #: the library's own code on the way out, where an ``except`` clause once put results back.
 #: (Inside the guard that holds Ctrl-C back, see tests/test_interrupt_guard.py.)
-HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyLanes.recv]
+HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyVerbs.recv]
 
 
 HELD_DOWN: list[Callable[..., Any]] = [
     hand_out,
     call_state._put_back,
-    first_ready_lanes._parts,
-    first_ready_lanes._put_back,
+    first_ready._parts,
     CallState.take,
     CallState.put_in_flight,
     CallState._settle_state,
     LostEpisodes.restore,
-    FirstReadyLanes.recv,
+    LostEpisodes.deliver,
     FirstReadyVerbs.recv,
 ]
 
@@ -441,7 +437,7 @@ def test_ctrl_c_at_any_line_of_async_reset_notes_the_reset_with_its_send():
     ones = np.ones(4, dtype=np.int64)
     with contextlib.closing(envs):
         fired_in, seen = 0, set()
-        for function, line in rounds_of([*code, FirstReadyLanes.reset]):
+        for function, line in rounds_of([*code, Lanes.launch_reset]):
             envs.reset()
             envs.step(np.full(4, 2))  # (action 2 ends every episode)
             fired = []

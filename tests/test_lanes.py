@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
-from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
+from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
@@ -55,15 +55,21 @@ def roads(monkeypatch):
 def lane_sends(monkeypatch):
     """``(op, whether the lanes sent it)`` of each first-ready `send` and `async_reset`."""
     seen = []
-    for name, op in (("send", "step"), ("reset", "reset")):
-        original = getattr(FirstReadyLanes, name)
+    send, launch_reset = FirstReadyVerbs._send_on_lanes, Lanes.launch_reset
 
-        def spy(self, *args, _original=original, _op=op):
-            went = _original(self, *args)
-            seen.append((_op, went))
-            return went
+    def send_spy(self, *args):
+        went = send(self, *args)
+        seen.append(("step", went))
+        return went
 
-        monkeypatch.setattr(FirstReadyLanes, name, spy)
+    def reset_spy(self, args, label):
+        call = launch_reset(self, args, label)
+        if label == "async_reset":  # (not a synchronous reset)
+            seen.append(("reset", call is not None))
+        return call
+
+    monkeypatch.setattr(FirstReadyVerbs, "_send_on_lanes", send_spy)
+    monkeypatch.setattr(Lanes, "launch_reset", reset_spy)
     return seen
 
 

@@ -17,7 +17,7 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine import first_ready_lanes
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports import shared_memory
 from ray_multiprocess_env._protocol.shared_layout import write_actions
@@ -299,18 +299,15 @@ def test_a_dead_worker_outside_the_calls_leaves_them_on_the_hot_path(monkeypatch
     Only the workers a call waits on matter; the next call to the dead one finds it dead.
     """
     answered = []
-    recv = first_ready_lanes.FirstReadyLanes.recv
+    read = Lanes.read
 
-    def spy(self, min_envs, deadline, finish):
-        try:
-            out = recv(self, min_envs, deadline, finish)
-        except first_ready_lanes.NotHot:  # (the slow path's to do)
-            answered.append(False)
-            raise
-        answered.append(True)
-        return out
+    def spy(self, tickets, wanted, deadline):
+        went = read(self, tickets, wanted, deadline)
+        if wanted is not None:  # (a first-ready `recv`'s read; False: the failures branch's)
+            answered.append(went)
+        return went
 
-    monkeypatch.setattr(first_ready_lanes.FirstReadyLanes, "recv", spy)
+    monkeypatch.setattr(Lanes, "read", spy)
     with contextlib.closing(GymnasiumVectorEnv([FlakyEnv] * 3, envs_per_worker=1)) as envs:
         envs.reset()
         os.kill(worker_pids(envs)[2], signal.SIGKILL)

@@ -35,7 +35,6 @@ from ray_multiprocess_env._engine.call_state import (
     hand_out,
 )
 from ray_multiprocess_env._engine.calls import Calls
-from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import Options
@@ -88,7 +87,6 @@ class Engine(StepVerbs):
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
         self._lanes: Lanes | None = None
-        self._ready_lanes: FirstReadyLanes | None = None
         self._workers_here = 0  # worker processes on the driver's node (`driver_threads`)
         self._released = False  # `close` killed (or let go of) the workers
         self._owner = [w.index for w in pool.workers for _ in w.envs]  # each env's worker
@@ -115,7 +113,6 @@ class Engine(StepVerbs):
                 self._store.use_columns = hot and shared_memory_supported()
                 if hot:
                     self._lanes = Lanes(pool, self._store)
-                    self._ready_lanes = FirstReadyLanes(pool, self._state, self._store, self._lanes)
             here = _here()
             workers_here = sum(w.node_id == here for w in pool.workers)
             driver_threads.add_workers(workers_here)  # (counted only if it returns)
@@ -373,7 +370,7 @@ class Engine(StepVerbs):
     def _release_memory(self) -> None:
         """Release the shared memory, even where a failure's traceback still holds views."""
         store, self._store, self._pool.shared = self._store, None, None
-        self._lanes = self._ready_lanes = None
+        self._lanes = None
         if store is not None and not store.close():
             gc.collect()  # e.g. a reference cycle of a dead worker's error
             if not store.close():

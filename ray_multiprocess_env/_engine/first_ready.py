@@ -1,25 +1,33 @@
 """First-ready calls: envpool's ``send``/``recv`` and ``async_reset``, verbs of the `Engine`.
 
 An env is busy from `send` (or `async_reset`) until `recv` hands its result back; `recv` returns as
-soon as at least ``batch_size`` envs are done. While all is well all three go on the workers' lanes
-(`first_ready_lanes.py`). Here is the slow path: the tickets in flight are the call state's
-(`CallState.in_flight`, whichever road sent them); `recv` waits on them and judges those that
-finished as `Calls.judge` does for a whole call: a dead worker is restarted there, an env error
-raised while the envs that answered fine wait for the next `recv`.
+soon as at least ``batch_size`` envs are done. Every call in flight is a `Ticket` in the call
+state (`CallState.in_flight`), whichever way it was sent.
+
+While every worker is on its lane (`lanes.Lanes`) and no lost-episode report is owed, `send`
+rings the doorbells of whole workers' envs, `async_reset` posts each worker's reset, and `recv`
+reads the answers with the read a lockstep step uses (`Lanes.read`) until enough envs are in,
+then hands their rows out of the store (`hand_out`: all or nothing under a Ctrl-C, which leaves
+them in flight, answered, for the next `recv`). Anything else is sent as a pickled call
+(`Calls.launch`), and a `recv` that the read leaves (an env error, a death, infos off the
+columns, the deadline, a worker replaced, a transport with no lanes) takes the failures branch
+after it (`_first`): it waits on the same tickets, settled already or still to come, and judges
+those that finished as `Calls.judge` does for a whole call: a dead worker is restarted there,
+an env error raised while the envs that answered fine wait for the next `recv`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
+from ray_multiprocess_env._engine.call_state import Call, CallState, State, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import Calls
-from ray_multiprocess_env._engine.first_ready_lanes import FirstReadyLanes, NotHot
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
+from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.results import Batch, EngineSpec
@@ -53,7 +61,7 @@ class FirstReadyVerbs:
     _state: CallState
     _store: BatchStore | None
     _owner: list[int]  # each env's worker
-    _ready_lanes: FirstReadyLanes | None  # `send`/`recv`'s road while all is well
+    _lanes: Lanes | None  # the road of steps and resets while all is well
     _workers_here: int  # worker processes on the driver's node (`driver_threads`)
 
     def _collect(
@@ -94,17 +102,13 @@ class FirstReadyVerbs:
                 noted()
             return
         args = worker_args(self._pool.workers, seeds, options)
-        lanes = self._ready_lanes
-        if lanes is not None:
-            with deferred_interrupts():  # sent, in flight and the seeds used up, or none
-                if lanes.reset(args):
-                    self._pool.seeds.sent(seeds, every)
-                    noted()
-                    return
+        lanes = self._lanes
         with deferred_interrupts():  # sent, in flight and the seeds used up, or none
-            call = self._calls.launch("reset", args, "async_reset")
+            sent = None if lanes is None else lanes.launch_reset(args, "async_reset")
+            if sent is None:
+                sent = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True
-            self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+            self._state.put_in_flight([(ticket, "reset") for ticket in sent.tickets])
             self._pool.seeds.sent(seeds, every)
             noted()
 
@@ -113,8 +117,7 @@ class FirstReadyVerbs:
 
         Its errors speak the face's words (`InFlightWords`: `send`, `busy_send`).
         """
-        lanes = self._ready_lanes
-        if lanes is not None and lanes.send(actions, env_ids):
+        if self._lanes is not None and self._send_on_lanes(actions, env_ids):
             return
         label = self._state.words.send
         self._state.check_idle(label, in_flight_ok=True)
@@ -131,6 +134,31 @@ class FirstReadyVerbs:
             else:
                 call = self._calls.launch("step", args, label, envs, shared_args=True)
             self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
+
+    def _send_on_lanes(self, actions: Any, env_ids: Sequence[int]) -> bool:
+        """`send` of whole workers' envs, each worker's doorbell rung; False: not sent.
+
+        Not sent (`send` launches it as a pickled call, or says why it cannot) unless the
+        lanes can ring them (`Lanes.rung`: an array of whole workers' envs, each worker's in
+        order, every worker on its lane, no report owed) and none of those workers has a call
+        in flight (then none of the envs is busy, and the call state's checks pass).
+        """
+        state = self._state
+        if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
+            return False
+        if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
+            return False  # (owed reports: the pickled call has them sent again first)
+        lanes = cast(Lanes, self._lanes)
+        found = lanes.now()
+        rung = None if found is None else lanes.rung(found, actions, env_ids)
+        if rung is None:
+            return False
+        for lane, _ in rung:
+            if state.has_call_to(lane.worker):
+                return False
+        with DEFERRED:  # rung and in flight, or neither
+            state.put_in_flight([(lane.ring(chunk), "step") for lane, chunk in rung])
+        return True
 
     def recv(
         self,
@@ -156,12 +184,30 @@ class FirstReadyVerbs:
             timeout = check_wait(timeout)
         seconds = self._pool.options.timeout if timeout is None else timeout
         deadline = deadline_in(seconds)
-        lanes = self._ready_lanes
-        if lanes is not None:
-            try:  # (one statement: nothing runs between the hand-out and the return)
-                return lanes.recv(min_envs, deadline, finish)
-            except NotHot:
-                pass
+        lanes = self._lanes
+        found = None if lanes is None or self._pool.lost_episodes.any else lanes.now()
+        if found is not None and lanes is not None:
+            tickets = [ticket for ticket, _ in self._state.in_flight]
+            # Read, then handed out, each in a block of its own. A Ctrl-C held back, or coming
+            # while it waits, comes through in `poll` (`Lanes.read`) or at the read's end, with
+            # nothing taken out of flight: the answers read stay on their tickets for the next
+            # `recv`. The hand-out's block is the outermost, so its own ``except`` also undoes
+            # it after a Ctrl-C that lands just as its guard lets go.
+            with DEFERRED:
+                read = lanes.read(tickets, min_envs, deadline)
+            if read:
+                in_place = [ticket for ticket in tickets if ticket.outcome is not None]
+                env_ids, parts, old_api = _parts(in_place, found.lanes)
+                store = cast(BatchStore, self._store)
+                return hand_out(
+                    self._state,
+                    self._pool.lost_episodes,
+                    in_place,
+                    env_ids,
+                    lambda: finish(store.rows_of(env_ids, parts, old_api)),
+                )
+        # the failures branch (and the transports with no lanes): the same tickets waited on
+        # and judged
         done = self._first(min_envs, timeout, deadline)
         tickets = [ticket for ticket, _, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
@@ -238,6 +284,48 @@ class FirstReadyVerbs:
                 self._state.put_in_flight(_siblings([d for d in done if d[0] in failed]))
             raise
         return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]
+
+
+def _parts(
+    answered: list[Ticket], lanes: list[Lane]
+) -> tuple[np.ndarray, list[tuple[int, Any]], bool]:
+    """The envs, infos and API of the batch of these answers (`BatchStore.rows_of`'s).
+
+    `lanes`: every worker's lane, by worker.
+
+    ``(env ids ascending, (first env of its worker, infos) per answer, whether an env
+    spoke old gym's API)``. Each answer is in place (`Lanes.read` said so).
+    """
+    if len(answered) == 1:  # (one worker's envs: the usual)
+        ticket = answered[0]
+        reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
+        envs = ticket.envs
+        start = lanes[ticket.worker].start
+        if type(envs) is range:
+            env_ids = np.arange(envs.start, envs.stop, dtype=np.int64)
+        else:  # (some of a worker's envs, sent as a pickled call)
+            env_ids = np.array(sorted(envs), dtype=np.int64)
+        return env_ids, [(start, reply.infos)], reply.old_api
+    parts: list[tuple[int, Any]] = []
+    old_api, ids, whole = False, [], True
+    for ticket in answered:
+        reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
+        parts.append((lanes[ticket.worker].start, reply.infos))
+        old_api |= reply.old_api
+        ids.append(ticket.envs)
+        whole = whole and type(ticket.envs) is range
+    if whole:  # (whole workers' envs: ranges that do not overlap)
+        ranges = cast("list[range]", ids)
+        ranges.sort(key=_first_env)
+        env_ids = np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in ranges])
+    else:
+        env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
+    return env_ids, parts, old_api
+
+
+def _first_env(envs: range) -> int:
+    """The first env of a worker's run (what `_parts` sorts by)."""
+    return envs.start
 
 
 def _siblings(done: list[tuple[Ticket, str]]) -> list[tuple[Ticket, str]]:

@@ -6,15 +6,14 @@ all are hot, with pollers of the sets of their pipes that first-ready calls wait
 `Lanes.launch` writes the actions of every env, or of whole workers' envs
 (`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
 `Engine.step` and `step_envs` call the two themselves, to ring, wait and hand out in one
-block); `launch_reset`
-sends each worker its reset (seeds, options and mask pickled: a reset is rare, its answer is
-what counts). Either sends each message with its ticket waiting for the reply, as the slow
-path does (`Calls.launch`); `Lanes.read` reads each answer, a 16-byte header and a 16-byte
-record (`status.code_of`: the info columns written, whether old gym's API; or `INFOS`, with the
-info dicts per env after it), which settles the ticket with a shared outcome of that code, and
-`batch` hands a step's results out of the store (a reset's tickets hold its replies). The same
-read serves first-ready's `recv` (`first_ready_lanes.py`): lockstep is first-ready with the
-whole batch.
+block; first-ready `send` rings the lanes of `rung`); `launch_reset` sends each worker its reset
+(seeds, options and mask pickled: a reset is rare, its answer is what counts). Either sends
+each message with its ticket waiting for the reply, as the slow path does (`Calls.launch`);
+`Lanes.read` reads each answer, a 16-byte header and a 16-byte record (`status.code_of`: the
+info columns written, whether old gym's API; or `INFOS`, with the info dicts per env after it),
+which settles the ticket with a shared outcome of that code, and `batch` hands a step's results
+out of the store (a reset's tickets hold its replies). The same read serves first-ready's
+`recv` (`first_ready.py`): lockstep is first-ready with the whole batch.
 Interrupts are held back from the first message to the last answer, and let through only
 while ``poll`` blocks, where nothing is half read.
 

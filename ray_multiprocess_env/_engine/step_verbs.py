@@ -18,7 +18,6 @@ from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
-from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
@@ -30,8 +29,6 @@ __all__ = ["StepVerbs"]
 
 class StepVerbs(FirstReadyVerbs):
     """The step verbs of `Engine` (which provides the attributes of `FirstReadyVerbs`)."""
-
-    _lanes: Lanes | None  # the steps' road while all is well
 
     def step(
         self,
