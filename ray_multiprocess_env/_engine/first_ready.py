@@ -138,10 +138,11 @@ class FirstReadyVerbs:
     def _send_on_lanes(self, actions: Any, env_ids: Sequence[int]) -> bool:
         """`send` of whole workers' envs, each worker's doorbell rung; False: not sent.
 
-        Not sent (`send` launches it as a pickled call, or says why it cannot) unless the
-        lanes can ring them (`Lanes.rung`: an array of whole workers' envs, each worker's in
-        order, every worker on its lane, no report owed) and none of those workers has a call
-        in flight (then none of the envs is busy, and the call state's checks pass).
+        Not sent (`send` launches it as a pickled call, or says why it cannot) while a
+        lost-episode report is owed, unless every worker is on its lane (`Lanes.now`) and the
+        lanes can ring `actions` (`Lanes.rung`: an array of whole workers' envs, each worker's
+        in order), or if one of those workers has a call in flight (else none of the envs is
+        busy, and the call state's checks pass).
         """
         state = self._state
         if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
