@@ -48,7 +48,6 @@ STEP_CODE: list[Callable[..., Any]] = [
     Lane.ring,
     Lanes.wait,
     Lanes.wait_batch,
-    Lanes.wait_held,
     Lanes.read,
     Lanes.batch,
     ChannelTransport.read_lane,
@@ -66,7 +65,6 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
     Engine.step_wait,
     Engine._wait_slow,
     Lanes.wait_batch,
-    Lanes.wait_held,
     Lanes.read,
     Lanes.batch,
     ChannelTransport.read_lane,
@@ -80,7 +78,6 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._wait_slow,
     Lanes.wait,
-    Lanes.wait_held,
     Lanes.read,
     ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
     ChannelTransport._rows_in,
@@ -100,7 +97,6 @@ RESET_CODE: list[Callable[..., Any]] = [
     Lanes.posts,
     ChannelTransport.post,
     Lanes.wait,
-    Lanes.wait_held,
     Lanes.read,
     Calls.wait,
     type(DEFERRED).__enter__,
@@ -112,7 +108,6 @@ RESET_CODE: list[Callable[..., Any]] = [
 RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
     Lanes.wait,
-    Lanes.wait_held,
     Lanes.read,
     ChannelTransport._take_infos,
 ]
@@ -137,7 +132,6 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Lanes.rung,
     ChannelTransport.ring,
     Lanes.wait_batch,
-    Lanes.wait_held,
     Lanes.read,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,  # (Tianshou's info dicts per env follow the record)
@@ -341,7 +335,7 @@ def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true()
     with contextlib.closing(envs):
         envs.reset()
         fired_in = given_up = 0
-        for function, line in rounds_of([*code, Lanes.wait, Lanes.wait_held, Lanes.read, hand_out]):
+        for function, line in rounds_of([*code, Lanes.wait, Lanes.read, hand_out]):
             envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
             fired = []
             with contextlib.suppress(KeyboardInterrupt):

@@ -36,18 +36,19 @@ _KINDS = {"auto": "shared_memory", "pipe": "pipe", "tcp": "tcp"}  # (each one's 
 
 @pytest.fixture
 def roads(monkeypatch):
-    """``(op, whether it ended on the lanes)`` of each call `Lanes.wait_held` saw, in order.
+    """``(op, whether it ended on the lanes)`` of each call read on the lanes, in order.
 
-    (`Lanes.wait` runs it too: every wait on the lanes.)
+    (`Lanes.read` of every answer of a call rung on the lanes: a step's or a reset's wait.)
     """
-    wait, seen = Lanes.wait_held, []
+    read, seen = Lanes.read, []
 
-    def spy(self, call, deadline):
-        went = wait(self, call, deadline)
-        seen.append((call.op, went))
+    def spy(self, tickets, wanted, deadline):
+        went = read(self, tickets, wanted, deadline)
+        if wanted is None:  # (not a first-ready `recv`'s read)
+            seen.append((tickets[0].op, went))
         return went
 
-    monkeypatch.setattr(Lanes, "wait_held", spy)
+    monkeypatch.setattr(Lanes, "read", spy)
     return seen
 
 

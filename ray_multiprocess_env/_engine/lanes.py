@@ -309,7 +309,7 @@ class Lanes:
         """
         with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
             self.owe_on_interrupt(call)
-            return self.wait_held(call, deadline)
+            return call.lanes and self.read(call.tickets, None, deadline)
 
     def owe_on_interrupt(self, call: Call) -> None:
         """If a Ctrl-C ends the caller's block, `call`'s envs owe what their step carried.
@@ -319,14 +319,6 @@ class Lanes:
         """
         if call.lanes and call.op == "step":
             DEFERRED.undo_on_interrupt(_owe_lanes, self._pool.lost_episodes, call.tickets)
-
-    def wait_held(self, call: Call, deadline: float | None) -> bool:
-        """`wait`, in the caller's block that holds interrupts back (the outermost one).
-
-        For a verb that rings, waits and hands out in one block (`Engine.step`): `read` of
-        every answer of `call` (False if it was not rung on the lanes).
-        """
-        return call.lanes and self.read(call.tickets, None, deadline)
 
     def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
         """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).
@@ -409,10 +401,12 @@ class Lanes:
 
         In the caller's block that holds interrupts back (the outermost one), where the step
         was rung or taken and its batch is handed out: a Ctrl-C gives the step up, its envs
-        owing what it carried (`owe_on_interrupt`, then `wait_held`).
+        owing what it carried (`owe_on_interrupt`, then `read` of every answer).
         """
         self.owe_on_interrupt(call)
-        return self.batch(call, env_ids) if self.wait_held(call, deadline) else None
+        if call.lanes and self.read(call.tickets, None, deadline):
+            return self.batch(call, env_ids)
+        return None
 
     def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
         """The batch of a step every worker answered (`wait`): of every env, or of `env_ids`.
