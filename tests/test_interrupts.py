@@ -78,6 +78,7 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._wait_slow,
     Lanes.wait,
+    Lanes.wait_batch,
     Lanes.read,
     ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
     ChannelTransport._rows_in,

@@ -138,11 +138,12 @@ class FirstReadyVerbs:
     def _send_on_lanes(self, actions: Any, env_ids: Sequence[int]) -> bool:
         """`send` of whole workers' envs, each worker's doorbell rung; False: not sent.
 
-        Not sent (`send` launches it as a pickled call, or says why it cannot) while a
-        lost-episode report is owed, unless every worker is on its lane (`Lanes.now`) and the
-        lanes can ring `actions` (`Lanes.rung`: an array of whole workers' envs, each worker's
-        in order), or if one of those workers has a call in flight (else none of the envs is
-        busy, and the call state's checks pass).
+        Sent only if the call state is idle or has first-ready calls in flight, `actions` is
+        an array, no lost-episode report is owed, every worker is on its lane (`Lanes.now`),
+        the lanes can ring `actions` (`Lanes.rung`: whole workers' envs, each worker's in
+        order, rows of the lanes' layout), and none of those workers has a call in flight
+        (then none of the envs is busy, and the call state's checks pass). Otherwise `send`
+        launches it as a pickled call, or says why it cannot.
         """
         state = self._state
         if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
