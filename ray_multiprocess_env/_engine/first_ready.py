@@ -4,7 +4,7 @@ An env is busy from `send` (or `async_reset`) until `recv` hands its result back
 soon as at least ``batch_size`` envs are done. Every call in flight is a `Ticket` in the call
 state (`CallState.in_flight`), whichever way it was sent.
 
-While every worker is on its lane (`lanes.Lanes`) and no lost-episode report is owed, `send`
+While every worker is on its lane and no lost-episode report is owed (`Lanes.now`), `send`
 rings the doorbells of whole workers' envs, `async_reset` posts each worker's reset, and `recv`
 reads the answers with the read a lockstep step uses (`Lanes.read`) until enough envs are in,
 then hands their rows out of the store (`hand_out`: all or nothing under a Ctrl-C, which leaves
@@ -117,7 +117,8 @@ class FirstReadyVerbs:
 
         Its errors speak the face's words (`InFlightWords`: `send`, `busy_send`).
         """
-        if self._lanes is not None and self._send_on_lanes(actions, env_ids):
+        lanes = self._lanes
+        if lanes is not None and self._send_on_lanes(lanes, actions, env_ids):
             return
         label = self._state.words.send
         self._state.check_idle(label, in_flight_ok=True)
@@ -135,24 +136,20 @@ class FirstReadyVerbs:
                 call = self._calls.launch("step", args, label, envs, shared_args=True)
             self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
 
-    def _send_on_lanes(self, actions: Any, env_ids: Sequence[int]) -> bool:
+    def _send_on_lanes(self, lanes: Lanes, actions: Any, env_ids: Sequence[int]) -> bool:
         """`send` of whole workers' envs, each worker's doorbell rung; False: not sent.
 
-        Sent only if the call state is idle or has first-ready calls in flight, `actions` is
-        an array, no lost-episode report is owed, every worker is on its lane (`Lanes.now`),
-        the lanes can ring `actions` (`Lanes.rung`: whole workers' envs, each worker's in
-        order, rows of the lanes' layout), and none of those workers has a call in flight
-        (then none of the envs is busy, and the call state's checks pass). Otherwise `send`
-        launches it as a pickled call, or says why it cannot.
+        Sent only if the call state is idle or has first-ready calls in flight, the `lanes`
+        can ring `actions` (`Lanes.rung`: an array, every worker on its lane and no
+        lost-episode report owed, whole workers' envs, each worker's in order, rows of the
+        lanes' layout), and none of those workers has a call in flight (then none of the envs
+        is busy, and the call state's checks pass). Otherwise `send` launches it as a pickled
+        call, or says why it cannot.
         """
         state = self._state
         if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
             return False
-        if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
-            return False  # (owed reports: the pickled call has them sent again first)
-        lanes = cast(Lanes, self._lanes)
-        found = lanes.now()
-        rung = None if found is None else lanes.rung(found, actions, env_ids)
+        rung = lanes.rung(actions, env_ids)
         if rung is None:
             return False
         for lane, _ in rung:
@@ -187,8 +184,7 @@ class FirstReadyVerbs:
         seconds = self._pool.options.timeout if timeout is None else timeout
         deadline = deadline_in(seconds)
         lanes = self._lanes
-        found = None if lanes is None or self._pool.lost_episodes.any else lanes.now()
-        if found is not None and lanes is not None:
+        if lanes is not None and (found := lanes.now()) is not None:
             tickets = [ticket for ticket, _ in self._state.in_flight]
             # Read, then handed out, each in a block of its own. A Ctrl-C held back, or coming
             # while it waits, comes through in `poll` (`Lanes.read`) or at the read's end, with

@@ -164,9 +164,13 @@ class Lanes:
     def now(self) -> LaneSet | None:
         """Every worker's lane (and pollers of their pipes), if each is on a hot transport.
 
-        Looked at again once a worker's transport was set, in any pool (`Worker`), and made
-        again if one of this pool's was replaced (a restart, or a fallback).
+        None also while a lost-episode report is owed: a pickled call sends the worker its
+        ``rearm`` before the step (`LostEpisodes.rearm`). Looked at again once a worker's
+        transport was set, in any pool (`Worker`), and made again if one of this pool's was
+        replaced (a restart, or a fallback).
         """
+        if self._pool.lost_episodes.any:
+            return None
         made = Worker.transports_set
         if made == self._made:
             return self._lanes
@@ -194,13 +198,11 @@ class Lanes:
 
     def plan(self, actions: Any, env_ids: Any = None) -> StepPlan | None:
         """The lanes and actions of a step `launch` would ring (None: not the lanes')."""
-        if type(actions) is not np.ndarray or self._pool.lost_episodes.any:
-            return None  # (owed reports: the slow path has them sent again first)
-        found = self.now()
+        if env_ids is not None:
+            return self._some(actions, env_ids)
+        found = None if type(actions) is not np.ndarray else self.now()
         if found is None:
             return None
-        if env_ids is not None:
-            return self._some(found, actions, env_ids)
         layout = found.actions  # (every worker: the usual, kept lean)
         if layout is None or actions.dtype != layout[0] or actions.shape != layout[1]:
             return None
@@ -221,12 +223,16 @@ class Lanes:
         tickets = [lane.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
         return Call("step", label, tickets, True)
 
-    def rung(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> list[Any] | None:
+    def rung(self, actions: Any, env_ids: Any) -> list[Any] | None:
         """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.
 
-        Row i of `actions` is for env ``env_ids[i]``. None (not the lanes') unless `env_ids`
-        are whole workers' envs, each worker's in order, and each lane can ring its rows now.
+        Row i of `actions` is for env ``env_ids[i]``. None (not the lanes') unless `actions`
+        is an array, every worker is on its lane (`now`), `env_ids` are whole workers' envs,
+        each worker's in order, and each lane can ring its rows now.
         """
+        found = None if type(actions) is not np.ndarray else self.now()
+        if found is None:
+            return None
         layout = found.actions  # (each lane's rows take its slice: checked once)
         if layout is None or actions.dtype != layout[0] or actions.shape[1:] != layout[1][1:]:
             return None
@@ -242,12 +248,12 @@ class Lanes:
             out.append((lane, actions[row:end]))
         return out if len(actions) == end else None
 
-    def _some(self, found: LaneSet, actions: np.ndarray, env_ids: Any) -> StepPlan | None:
+    def _some(self, actions: Any, env_ids: Any) -> StepPlan | None:
         """`launch`'s lanes and actions for the envs `env_ids` (None: not the lanes').
 
         The lanes ascending by worker, each with its worker's rows of `actions` (`rung`).
         """
-        rung = self.rung(found, actions, env_ids)
+        rung = self.rung(actions, env_ids)
         if rung is None:
             return None
         if len(rung) > 1:
@@ -276,13 +282,13 @@ class Lanes:
     ) -> tuple[list[Lane], list[bytes], list[Any]] | None:
         """The lanes, messages and args of a reset of each worker whose `args` are not None.
 
-        None (the slow path's to do) unless every worker is on a hot transport (`now`), if no
-        worker is called, if lost-episode reports are owed (the slow path has them sent again
-        first), unless every such worker answered all it was sent before, or if an argument
-        cannot be serialized (the slow path says which).
+        None (the slow path's to do) unless every worker is on a hot transport and no
+        lost-episode report is owed (`now`), if no worker is called, unless every such worker
+        answered all it was sent before, or if an argument cannot be serialized (the slow path
+        says which).
         """
         found = self.now()
-        if found is None or self._pool.lost_episodes.any:
+        if found is None:
             return None
         called, messages, kept = [], [], []
         for lane, worker_args in zip(found.lanes, args, strict=True):
