@@ -25,13 +25,19 @@ __all__ = ["LoopResult", "run_ppo"]
 
 @dataclass
 class LoopResult:
-    """What one run measured: seconds in all, in collection and in updates; episode returns."""
+    """What one run measured: seconds in all, in collection and in updates; episode returns.
+
+    Of the collection: `step_s` in the vector env's ``step`` (the actions clipped to its space
+    first), `act_s` in the policy's forward passes that chose the actions.
+    """
 
     steps: int
     seconds: float
     collect_s: float
     update_s: float
     returns: list[float] = field(default_factory=list)
+    step_s: float = 0.0
+    act_s: float = 0.0
 
 
 class _Agent(nn.Module):
@@ -82,12 +88,16 @@ def run_ppo(envs: Any, total_steps: int, seed: int = 0, num_steps: int = 128) ->
         for t in range(num_steps):
             obs_stats.update(np.asarray(raw, np.float64).reshape(n, obs_dim))
             obs = _normalise(raw, obs_stats, n, obs_dim)
+            acting = time.perf_counter()
             with torch.no_grad():
                 dist = agent.dist(torch.from_numpy(obs))
                 action = dist.sample()
                 logp, value = dist.log_prob(action).sum(-1), agent.critic(torch.from_numpy(obs))
             act = action.numpy()
+            stepping = time.perf_counter()
             raw, reward, terminated, truncated, _ = envs.step(np.clip(act, low, high))
+            result.step_s += time.perf_counter() - stepping
+            result.act_s += stepping - acting
             done = np.logical_or(terminated, truncated)
             episode += reward
             discounted = discounted * gamma + reward

@@ -104,6 +104,10 @@ def run_sb3(
         model = PPO(
             "MlpPolicy", envs, n_steps=128, seed=seed, device="cpu", verbose=0, **minibatches
         )
+        # SB3's rollouts call the env's `step` and the policy's `forward` (its updates call
+        # neither): each timed where it is called
+        envs.step = _timed(envs.step, result, "step_s")  # type: ignore[method-assign]
+        model.policy.forward = _timed(model.policy.forward, result, "act_s")  # type: ignore[method-assign]
         start = time.perf_counter()
         model.learn(total_timesteps=steps, callback=Timing())
         result.seconds = time.perf_counter() - start
@@ -112,6 +116,19 @@ def run_sb3(
         envs.close()
     result.update_s = result.seconds - result.collect_s
     return result
+
+
+def _timed(call: Callable[..., Any], result: LoopResult, field: str) -> Callable[..., Any]:
+    """`call`, adding the seconds each call takes to `result`'s `field`."""
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            setattr(result, field, getattr(result, field) + time.perf_counter() - began)
+
+    return timed
 
 
 class _EnvpoolVector:
@@ -228,10 +245,15 @@ def _child(setting: str, args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(dataclasses.asdict(result)), flush=True)
 
 
+def _median_run(results: list[LoopResult]) -> LoopResult:
+    """The run of median wall time (of an even number, the faster of the middle two)."""
+    return sorted(results, key=lambda r: r.seconds)[(len(results) - 1) // 2]
+
+
 def _row(trainer: str, setting: str, results: list[LoopResult], ratios: list[float]) -> str:
     """One setting's row: median wall time (fastest, slowest), ratio, and the median run's rest."""
     seconds = sorted(r.seconds for r in results)
-    middle = sorted(results, key=lambda r: r.seconds)[(len(results) - 1) // 2]
+    middle = _median_run(results)
     returns = results[0].returns  # (the same seed: the same episodes in every round, as a rule)
     first = np.mean(returns[:EPISODES]) if returns else float("nan")
     last = np.mean(returns[-EPISODES:]) if returns else float("nan")
@@ -242,6 +264,15 @@ def _row(trainer: str, setting: str, results: list[LoopResult], ratios: list[flo
         f"{middle.collect_s / middle.seconds:.0%} | {middle.update_s / middle.seconds:.0%} | "
         f"{len(returns)} | {first:.0f} | {last:.0f} |"
     )
+
+
+def _time_row(trainer: str, setting: str, results: list[LoopResult]) -> str:
+    """Where the median run's time went: the steps, the policy acting, the rest, the updates."""
+    run = _median_run(results)
+    rest = run.collect_s - run.step_s - run.act_s
+    parts = (run.step_s, run.act_s, rest, run.update_s)
+    cells = " | ".join(f"{part:.1f} s ({part / run.seconds:.0%})" for part in parts)
+    return f"| {trainer} | {setting} | {run.seconds:.1f} s | {cells} |"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -301,6 +332,16 @@ def main(argv: list[str] | None = None) -> None:
             "episodes | first return | last return |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             *rows,
+            "",
+            "Where the median run's time went. Collecting is split into the vector env's `step` "
+            "(SB3: the `VecNormalize` around it too), the policy's forward passes that chose the "
+            "actions, and the rest of the trainer's loop (its buffer, observation statistics, "
+            "callbacks); the share of the wall time in brackets.",
+            "",
+            "| trainer | vector env | wall time | stepping the envs | the policy acting | "
+            "the rest of collecting | updating |",
+            "|---|---|---:|---:|---:|---:|---:|",
+            *(_time_row(t, s, results[s]) for t, s, _ in runs),
         ]
     )
     print(table)
