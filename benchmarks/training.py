@@ -5,9 +5,11 @@ Every other benchmark times the envs. This one times training: SB3's PPO on Half
 CleanRL-style PPO loop (`benchmarks.ppo_loop`) over gymnasium's `SyncVectorEnv` and
 `AsyncVectorEnv` (a process per env), envpool and ours (`make_vector_env`), each for the same
 number of env steps with the same seed. It reports the wall time, env steps/s, the share of the
-time spent collecting (stepping the envs and the policy's forward passes) and updating, and the
-mean return of the first and the last 16 episodes. ``--write`` puts the table in
-docs/benchmarks.md (section ``training``), from which the README's short form is quoted.
+time spent collecting (stepping the envs, the policy's forward passes and the loop around
+them) and updating, and the mean return of the first and the last 16 episodes; a second table
+splits the median run's time into stepping the envs, the policy acting, the rest of collecting
+and updating. ``--write`` puts both in docs/benchmarks.md (section ``training``), from which
+the README's short form is quoted.
 
 Runs of one setting differ by 20% and more from one minute to the next on a small machine, so
 the settings take turns: each round runs every setting once, in an order rotated by one each
@@ -323,10 +325,10 @@ def main(argv: list[str] | None = None) -> None:
             f"each round and reversed every other. SB3: {sb3}. Wall time: the median run (the "
             "fastest and slowest in brackets); the speed is the median over the rounds of the "
             "first row of the same trainer's time over this row's, in the same round. Env "
-            "steps/s, collecting and "
-            "updating are those of the median run. Collecting: stepping the envs and the "
-            "policy's forward passes; updating: the gradient steps (for SB3, everything outside "
-            f"its rollouts). Returns: the mean of the first and of the last {EPISODES} episodes.",
+            "steps/s, collecting and updating are those of the median run. Collecting: "
+            "stepping the envs, the policy's forward passes and the loop around them; updating: "
+            "the gradient steps (for SB3, everything outside its rollouts)."
+            f" Returns: the mean of the first and of the last {EPISODES} episodes.",
             "",
             "| trainer | vector env | wall time | speed | env steps/s | collecting | updating | "
             "episodes | first return | last return |",
