@@ -46,7 +46,6 @@ STEP_CODE: list[Callable[..., Any]] = [
     Lanes.plan,
     Lanes.ring,
     Lane.ring,
-    Lanes.wait,
     Lanes.wait_batch,
     Lanes.read,
     Lanes.batch,
@@ -77,7 +76,6 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
 TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine.step,
     Engine._wait_slow,
-    Lanes.wait,
     Lanes.wait_batch,
     Lanes.read,
     ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
@@ -89,27 +87,31 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
 ]
 
 
-#: Where a reset is sent, waited for on the lanes, and where interrupts are held back.
+#: Where a reset is sent, its answers read (records, as a step's: the rows are in place) and
+#: judged, and where interrupts are held back.
 RESET_CODE: list[Callable[..., Any]] = [
     Engine.reset,
     Engine._run_reset,
-    Lanes.launch_reset,
-    Lane.post,
-    Lanes.posts,
-    ChannelTransport.post,
-    Lanes.wait,
+    Calls.launch,
+    ChannelTransport.submit,
     Lanes.read,
+    ChannelTransport.read_lane,
     Calls.wait,
     type(DEFERRED).__enter__,
     type(DEFERRED).__exit__,
 ]
 
 
-#: Where the slow path takes a reset over from the lanes (an env raised in it).
-RESET_TAKE_OVER_CODE: list[Callable[..., Any]] = [
+#: Where a reset in which an env raised is judged and given up.
+RESET_ERROR_CODE: list[Callable[..., Any]] = [
     Engine._run_reset,
-    Lanes.wait,
     Lanes.read,
+    ChannelTransport.read_lane,
+    Calls.wait,
+    Calls.judge,
+    Calls.error,
+    ChannelTransport.pump,
+    ChannelTransport._received,
     ChannelTransport._take_infos,
 ]
 
@@ -227,14 +229,13 @@ def test_ctrl_c_at_any_line_of_a_step_taken_over_by_the_slow_path_gives_it_up(tr
 def test_ctrl_c_at_any_line_of_reset_or_of_the_guard_gives_the_reset_up(transport, fails):
     """Ctrl-C anywhere in a reset (or in holding interrupts back): the next calls all work.
 
-    A reset every env answers goes on the lanes (`RESET_CODE`); one where env 1 raises leaves them
-    for the slow path (`RESET_TAKE_OVER_CODE`).
+    A reset every env answers (`RESET_CODE`), and one where env 1 raises (`RESET_ERROR_CODE`).
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
         seeded = envs.reset(seed=7)[0][:, 0].tolist()
         fired_in = 0
-        for function, line in rounds_of(RESET_TAKE_OVER_CODE if fails else RESET_CODE):
+        for function, line in rounds_of(RESET_ERROR_CODE if fails else RESET_CODE):
             envs.set_attr("fail_reset", [False, fails, False, False])
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
@@ -336,7 +337,7 @@ def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true()
     with contextlib.closing(envs):
         envs.reset()
         fired_in = given_up = 0
-        for function, line in rounds_of([*code, Lanes.wait, Lanes.read, hand_out]):
+        for function, line in rounds_of([*code, Lanes.read, Calls.wait, hand_out]):
             envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
@@ -364,7 +365,7 @@ def test_ctrl_c_at_any_line_of_a_reset_uses_each_kept_seed_once():
     """
     envs = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2)
     seeded = [float(FlakyEnv().reset(seed=seed)[0][0]) for seed in (5, 6)]
-    code = [Engine.reset, Engine._run_reset, Lanes.launch_reset, Lanes.posts, SeedBook.sent]
+    code = [Engine.reset, Engine._run_reset, Calls.launch, ChannelTransport.submit, SeedBook.sent]
     with contextlib.closing(envs):
         fired_in, seen = 0, set()
         for function, line in rounds_of(code):
@@ -418,5 +419,5 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (gone before the open, or the read)
         return False

@@ -59,15 +59,12 @@ SEND_CODE: list[Callable[..., Any]] = [
 ]
 
 
-#: Where `async_reset` posts each worker's reset and puts its envs in flight.
+#: Where `async_reset` sends each worker's reset and puts its envs in flight.
 ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.async_reset,
-    Lanes.launch_reset,
-    Lanes.posts,
-    Lane.post,
-    ChannelTransport.post,
+    Calls.launch,
+    ChannelTransport.submit,
     CallState.put_in_flight,
-    Calls.launch,  # (the slow path's: the pipe and Ray transports)
 ]
 
 
@@ -439,7 +436,7 @@ def test_ctrl_c_at_any_line_of_async_reset_notes_the_reset_with_its_send():
     ones = np.ones(4, dtype=np.int64)
     with contextlib.closing(envs):
         fired_in, seen = 0, set()
-        for function, line in rounds_of([*code, Lanes.launch_reset]):
+        for function, line in rounds_of([*code, Calls.launch]):
             envs.reset()
             envs.step(np.full(4, 2))  # (action 2 ends every episode)
             fired = []

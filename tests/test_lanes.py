@@ -1,14 +1,15 @@
-"""Steps and resets, synchronous and first-ready, on the lanes, where the slow path takes over.
+"""Steps and resets, synchronous and first-ready, on the lanes, and where the failures take over.
 
-A step or reset on the lanes sends each message with its ticket waiting, as the slow path does,
-and the lanes' read settles it with the record. These are the moments when a reply could be read
-by one reader and lost to the call that waits for it, or a call could wait for an answer to a
-message not all written: a worker that answered and then died while the other still steps, a
-verb that reads the workers' pipes while a `step_async` is pending or first-ready steps or
-resets are out, a TCP doorbell whose action rows the socket takes only part of, a reset that
-times out (as a synchronous call, or in a first-ready `recv`) or whose worker dies in it, a late
-answer read as a reset's. Each must give the call's own results, as the slow path would. And
-once a worker is replaced, the steps must go on the lanes again, over its new transport.
+A step on the lanes sends each doorbell with its ticket waiting, as a pickled call (a reset's)
+does, and the lanes' read settles it with the record. These are the moments when a reply could
+be read by one reader and lost to the call that waits for it, or a call could wait for an
+answer to a message not all written: a worker that answered and then died while the other
+still steps, a verb that reads the workers' pipes while a `step_async` is pending or
+first-ready steps or resets are out, a TCP doorbell whose action rows the socket takes only
+part of, a reset that times out (as a synchronous call, or in a first-ready `recv`) or whose
+worker dies in it, a late answer read as a step's. Each must give the call's own results, as
+Ray calls would. And once a worker is replaced, the steps must go on the lanes again, over its
+new transport.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ _KINDS = {"auto": "shared_memory", "pipe": "pipe", "tcp": "tcp"}  # (each one's 
 def roads(monkeypatch):
     """``(op, whether it ended on the lanes)`` of each call read on the lanes, in order.
 
-    (`Lanes.read` of every answer of a call rung on the lanes: a step's or a reset's wait.)
+    (`Lanes.read` of every answer of a call: a step's, or a reset's.)
     """
     read, seen = Lanes.read, []
 
@@ -54,23 +55,34 @@ def roads(monkeypatch):
 
 @pytest.fixture
 def lane_sends(monkeypatch):
-    """``(op, whether the lanes sent it)`` of each first-ready `send` and `async_reset`."""
+    """``(op, whether the lanes sent it)`` of each first-ready `send`."""
     seen = []
-    send, launch_reset = FirstReadyVerbs._send_on_lanes, Lanes.launch_reset
+    send = FirstReadyVerbs._send_on_lanes
 
     def send_spy(self, *args):
         went = send(self, *args)
         seen.append(("step", went))
         return went
 
-    def reset_spy(self, args, label):
-        call = launch_reset(self, args, label)
-        if label == "async_reset":  # (not a synchronous reset)
-            seen.append(("reset", call is not None))
-        return call
-
     monkeypatch.setattr(FirstReadyVerbs, "_send_on_lanes", send_spy)
-    monkeypatch.setattr(Lanes, "launch_reset", reset_spy)
+    return seen
+
+
+@pytest.fixture
+def recv_reads(monkeypatch):
+    """``(op of the first ticket, whether it read enough)`` of each first-ready `recv`'s read.
+
+    (`Lanes.read` of the first answers: False leaves the `recv` to the failures branch.)
+    """
+    read, seen = Lanes.read, []
+
+    def spy(self, tickets, wanted, deadline):
+        went = read(self, tickets, wanted, deadline)
+        if wanted is not None:
+            seen.append((tickets[0].op, went))
+        return went
+
+    monkeypatch.setattr(Lanes, "read", spy)
     return seen
 
 
@@ -192,10 +204,8 @@ def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkey
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_resets_and_steps_of_some_workers_go_on_the_lanes_with_the_slow_paths_results(
-    transport, roads
-):
-    """A reset (of all envs, or some) and a step of whole workers' envs take the lanes.
+def test_resets_and_steps_of_some_workers_on_the_lanes_give_the_ray_calls_results(transport, roads):
+    """A reset (of all envs, or some) read as records, and a step of whole workers' envs rung.
 
     Their results are those of Ray calls (no lanes), whatever order the workers come in and
     whichever info columns each worker wrote (worker 2's envs have ``odd``, worker 0's not).
@@ -238,36 +248,37 @@ def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_us
         assert obs[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
 
 
-@pytest.mark.parametrize("first_guard", [True, False], ids=["can_post", "sequence-only"])
+@pytest.mark.parametrize("first_guard", [True, False], ids=["can_ring", "sequence-only"])
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(
-    transport, first_guard, roads, tmp_path
-):
-    """Worker 1's envs late at a shut gate: the slow path's `TimeoutError` names them.
+def test_a_reset_that_times_out_leaves_every_call_usable(transport, first_guard, roads, tmp_path):
+    """Worker 1's envs late at a shut gate: the reset's `TimeoutError` names them.
 
-    The late answer, when it comes, is nobody's. `can_post` (the first guard) keeps the next
-    reset off the lanes while it is still to come: the slow path's. With that guard let
-    through, the reset is posted on the lanes and reads the late answer first; the second
-    guard, the sequence number `read_lane` checks, hands it to the slow path. Either way the
-    reset and the step give their own, and the step is back on the lanes.
+    The late answer, when it comes, is nobody's: the next reset and step give their own.
+    `can_ring` (the first guard) keeps a step off the lanes while an answer is still to come.
+    With that guard let through, the step is rung while the late answer waits in the pipe;
+    the second guard, the sequence number `read_lane` checks, leaves that answer to the
+    failures branch, which drops it. Either way the step is back on the lanes after it.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
     gate = Gate(str(tmp_path))
+    expected = [FlakyEnv().reset(seed=1 + env)[0][0] for env in range(4)]
     with contextlib.closing(envs):
         assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
         envs.reset(seed=0)
         envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
         with pytest.raises(TimeoutError, match=r"env\(s\) \[2, 3\] did not answer"):
             envs.reset(seed=1)
-        assert roads[-1] == ("reset", False)  # (sent on the lanes; the slow path timed it out)
+        assert roads[-1] == ("reset", False)  # (read on the lanes until the deadline)
         seen = len(roads)
         with pytest.MonkeyPatch.context() as patch:  # (not `monkeypatch`: `roads` stays)
             if not first_guard:
-                patch.setattr(ChannelTransport, "can_post", lambda self: not self.broken)
-            gate.open()  # the late resets finish in their worker (and the next pass the gate)
+                patch.setattr(ChannelTransport, "can_ring", lambda self: not self.broken)
+            gate.open()  # the late resets finish in their worker
             assert answer_waits(envs, 1)  # (seed 1's answer waits in its pipe)
-            obs = envs.reset(seed=3)[0]
-        assert roads[seen:] == ([] if first_guard else [("reset", False)])  # (met: slow path)
+            stepped = envs.step(np.ones(4, dtype=np.int64))[0]
+        assert roads[seen:] == ([] if first_guard else [("step", False)])  # (met: failures)
+        assert stepped[:, 0].tolist() == [x + 1 for x in expected]  # (seed 1's reset went on)
+        obs = envs.reset(seed=3)[0]
         expected = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
         assert obs[:, 0].tolist() == expected
         stepped = envs.step(np.ones(4, dtype=np.int64))[0]
@@ -276,9 +287,7 @@ def test_a_reset_that_times_out_on_the_lanes_leaves_every_call_usable(
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_worker_that_dies_inside_a_reset_on_the_lanes_gives_the_ray_calls_results(
-    transport, roads
-):
+def test_a_worker_that_dies_inside_a_reset_gives_the_ray_calls_results(transport, roads):
     """Worker 0 dies in its reset (restarted within the call): what Ray calls alone give."""
     results = {}
     for kind in (transport, "ray"):
@@ -302,10 +311,10 @@ def test_a_worker_that_dies_inside_a_reset_on_the_lanes_gives_the_ray_calls_resu
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport, lane_sends):
-    """`async_reset` posts each worker's reset on the lanes; `recv` gives the Ray calls'.
+def test_async_reset_read_on_the_lanes_gives_the_ray_calls_results(transport, recv_reads):
+    """`recv` reads the answers to `async_reset` on the lanes and gives the Ray calls' results.
 
-    Then again with worker 0 dying in its reset: the slow path's `recv` restarts it and
+    Then again with worker 0 dying in its reset: the failures branch of `recv` restarts it and
     sends the replacement the same reset (a new episode: no lost one to report).
     """
     results = {}
@@ -319,10 +328,11 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport, la
                 if seed == 9:  # (this call also reads the workers' answers to the message
                     # sharing ``odd``'s new info column: each has answered all it was sent)
                     envs.set_attr("exit_on_reset", [True] + [False] * 5)
-                lane_sends.clear()
+                recv_reads.clear()
                 envs.async_reset(seed=seed)
-                assert lane_sends == ([("reset", True)] if kind == transport else [])
                 got.append(envs.recv(batch_size=6))
+                if kind == transport:  # (the death leaves its `recv` to the failures branch)
+                    assert recv_reads == [("reset", seed == 4)]
                 envs.send(np.array([1, 0, 1, 0, 1, 1]), [0, 1, 2, 3, 4, 5])
                 got.append(envs.recv(batch_size=6))
             assert worker_pids(envs)[0] != pid  # (it died in the second reset, and was replaced)
@@ -336,18 +346,18 @@ def test_async_reset_goes_on_the_lanes_with_the_slow_paths_results(transport, la
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the_reset(
-    transport, lane_sends
+    transport, recv_reads
 ):
-    """A `get_attr` with the lanes' resets out settles their tickets; `recv` gives the reset."""
+    """A `get_attr` with resets out settles their tickets; `recv` gives the reset, as a record."""
     vec = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(vec):
         vec.reset()
         vec.step([2, 2, 2, 2])
         vec.async_reset()
-        assert lane_sends == [("reset", True)]
         assert vec.get_attr("count") == (0, 0, 0, 0)  # (each worker reset first, in order)
         assert _in_flight(vec) == [(0, "reset", True), (1, "reset", True)]  # (read, settled)
         env_ids, (obs, rewards, terminated, truncated, _) = vec.recv()
+        assert recv_reads == [("reset", True)]  # (settled as records: handed out by the lanes)
         assert env_ids == [0, 1, 2, 3]
         assert [float(o[0]) for o in obs] == [0.0] * 4
         assert rewards == (0.0,) * 4
@@ -358,13 +368,13 @@ def test_a_verb_that_reads_the_pipes_while_an_async_reset_is_out_leaves_recv_the
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_flight(
-    transport, tmp_path, lane_sends
+    transport, tmp_path, lane_sends, recv_reads
 ):
     """Worker 1's envs late at a shut gate in their `async_reset`: `recv` names them.
 
-    Worker 0's reset comes first, on the lanes. The timeout hands the resets left to the slow
-    path; its `recv`, once the gate opens, gives worker 1's own seeded
-    reset, and the next `send` is back on the lanes.
+    Worker 0's reset comes first, read on the lanes. The timeout hands the resets left to the
+    failures branch; its `recv`, once the gate opens, gives worker 1's own seeded reset, and
+    the next `send` is back on the lanes.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=60)
     gate = Gate(str(tmp_path))
@@ -374,8 +384,8 @@ def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_f
         envs.reset(seed=0)
         envs.set_attr("reset_gate", [None, None, str(gate), str(gate)])
         envs.async_reset(seed=3)
-        assert lane_sends == [("reset", True)]
         obs, *_, infos = envs.recv(batch_size=2)
+        assert recv_reads == [("reset", True)]
         assert infos["env_id"].tolist() == [0, 1]
         assert obs[:, 0].tolist() == seeded[:2]
         with pytest.raises(TimeoutError, match=r"`recv` timed out after 0.5 s: env\(s\) \[2, 3\]"):

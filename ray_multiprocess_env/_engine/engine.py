@@ -35,7 +35,7 @@ from ray_multiprocess_env._engine.call_state import (
     hand_out,
 )
 from ray_multiprocess_env._engine.calls import Calls
-from ray_multiprocess_env._engine.interrupts import deferred_interrupts
+from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
@@ -236,19 +236,21 @@ class Engine(StepVerbs):
     def _run_reset(
         self, args: list[tuple[Any, ...] | None], label: str, seeds: PerEnv, envs: Iterable[int]
     ) -> list[Any]:
-        """The workers' replies to a reset of `envs` with `seeds`: on their lanes if all goes well.
+        """The workers' replies to a reset of `envs` with `seeds` (`Calls.launch`, `Calls.wait`).
 
-        The seeds `seed` kept for `envs` are used up as it is sent (`SeedBook.sent`).
+        The seeds `seed` kept for `envs` are used up as it is sent (`SeedBook.sent`). While
+        every worker is on its lane, the answers (records, as a step's) are read as a step's
+        are (`Lanes.read`) before `Calls.wait` judges them.
         """
-        lanes, deadline = self._lanes, deadline_in(self._pool.options.timeout)
+        deadline = deadline_in(self._pool.options.timeout)
         with deferred_interrupts():  # sent and the kept seeds used up, or neither
-            call = None if lanes is None else lanes.launch_reset(args, label)
-            if call is None:
-                call = self._calls.launch("reset", args, label)
+            call = self._calls.launch("reset", args, label)
             self._pool.seeds.sent(seeds, envs)
-        if lanes is not None and call.lanes:
-            lanes.wait(call, deadline)  # (the answers read on the lanes, if it can: then
-        return self._calls.wait(call, deadline=deadline)  # nothing is left to wait for)
+        lanes = self._lanes
+        if lanes is not None and lanes.now() is not None:
+            with DEFERRED:  # (a Ctrl-C comes through in `poll`, where nothing is half read;
+                lanes.read(call.tickets, None, deadline)  # the reset is given up then)
+        return self._calls.wait(call, deadline=deadline)
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(

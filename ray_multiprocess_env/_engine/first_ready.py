@@ -102,11 +102,8 @@ class FirstReadyVerbs:
                 noted()
             return
         args = worker_args(self._pool.workers, seeds, options)
-        lanes = self._lanes
         with deferred_interrupts():  # sent, in flight and the seeds used up, or none
-            sent = None if lanes is None else lanes.launch_reset(args, "async_reset")
-            if sent is None:
-                sent = self._calls.launch("reset", args, "async_reset")
+            sent = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True
             self._state.put_in_flight([(ticket, "reset") for ticket in sent.tickets])
             self._pool.seeds.sent(seeds, every)

@@ -1,4 +1,4 @@
-"""The workers' lanes: a step or a reset with no outcome object or pickle while all is well.
+"""The workers' lanes: a step with no outcome object or pickle while all is well.
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
 follow the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once
@@ -6,30 +6,28 @@ all are hot, with pollers of the sets of their pipes that first-ready calls wait
 `Lanes.launch` writes the actions of every env, or of whole workers' envs
 (`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
 `Engine.step` and `step_envs` call the two themselves, to ring, wait and hand out in one
-block; first-ready `send` rings the lanes of `rung`); `launch_reset` sends each worker its reset
-(seeds, options and mask pickled: a reset is rare, its answer is what counts). Either sends
-each message with its ticket waiting for the reply, as the slow path does (`Calls.launch`);
-`Lanes.read` reads each answer, a 16-byte header and a 16-byte record (`status.code_of`: the
-info columns written, whether old gym's API; or `INFOS`, with the info dicts per env after it),
-which settles the ticket with a shared outcome of that code, and `batch` hands a step's results
-out of the store (a reset's tickets hold its replies). The same read serves first-ready's
-`recv` (`first_ready.py`): lockstep is first-ready with the whole batch.
-Interrupts are held back from the first message to the last answer, and let through only
-while ``poll`` blocks, where nothing is half read.
+block; first-ready `send` rings the lanes of `rung`), each doorbell with its ticket waiting
+for the reply, as a pickled call's message has (`Calls.launch`). `Lanes.read` reads each
+answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
+whether old gym's API; or `INFOS`, with the info dicts per env after it), which settles the
+ticket with a shared outcome of that code, and `batch` hands a step's results out of the
+store. The same read serves first-ready's `recv` (`first_ready.py`), for a reset's answers too
+(a reset is sent as a pickled call: it is rare, its answer is what counts): lockstep is
+first-ready with the whole batch. Interrupts are held back from the first doorbell to the last
+answer, and let through only while ``poll`` blocks, where nothing is half read.
 
-Nothing needs undoing when a call is given up (a Ctrl-C): its replies settle tickets nobody
-holds. Anything but an answer of everything in place (an env error, a death, infos off the
-columns), a timeout, a message the socket took only part of (TCP's, with its action rows), or
-a close leaves the call to the slow path (`Calls`): its tickets are settled by their replies,
-read already or still to come, as if it had sent them. A worker that keeps an info dict per
-env (SB3's and Tianshou's layout) answers with a record too, with the pickle of those dicts
-after it (`INFOS`, `status.answer_infos`): its only pickle.
+Anything but an answer of everything in place (an env error, a death, infos off the columns),
+a timeout, a message the socket took only part of (TCP's, with its action rows), or a close
+leaves the call to the failures branch (`Calls`): its tickets are settled by their replies,
+read already or still to come, as if it had sent them; a step given up by a Ctrl-C owes what
+it carried (`owe_on_interrupt`). A worker that keeps an info dict per env (SB3's and
+Tianshou's layout) answers with a record too, with the pickle of those dicts after it
+(`INFOS`, `status.answer_infos`): its only pickle.
 """
 
 from __future__ import annotations
 
 import select
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -78,20 +76,11 @@ class Lane:
     def ring(self, actions: np.ndarray) -> Ticket:
         """Ring a step of all of its worker's envs with `actions`: the ticket waiting for it.
 
-        Call it with interrupts held back, after `ChannelTransport.can_post`, with actions in
+        Call it with interrupts held back, after `ChannelTransport.can_ring`, with actions in
         the layout of its rows (`LaneSet.actions`).
         """
         ticket = Ticket(self.worker, self.generation, "step", (actions, None), self.envs, True)
         self.transport.ring(actions, ticket)
-        return ticket
-
-    def post(self, message: bytes, args: Any) -> Ticket:
-        """Post its worker's reset (`message`, of `args`): the ticket waiting for it.
-
-        Call it with interrupts held back, after `ChannelTransport.can_post`.
-        """
-        ticket = Ticket(self.worker, self.generation, "reset", args, self.envs)
-        self.transport.post(message, ticket)
         return ticket
 
 
@@ -208,7 +197,7 @@ class Lanes:
             return None
         called, chunks = found.lanes, []
         for lane in called:
-            if not lane.transport.can_post():  # (then its rows take its slice)
+            if not lane.transport.can_ring():  # (then its rows take its slice)
                 return None
             chunks.append(actions[lane.start : lane.stop])
         return called, chunks
@@ -242,7 +231,7 @@ class Lanes:
         out, end = [], 0
         for worker, row in runs:
             lane = found.lanes[worker]
-            if not lane.transport.can_post():
+            if not lane.transport.can_ring():
                 return None
             end = row + lane.stop - lane.start  # (the last run's end: the rows of `env_ids`)
             out.append((lane, actions[row:end]))
@@ -259,63 +248,6 @@ class Lanes:
         if len(rung) > 1:
             rung.sort(key=_worker_of)
         return [lane for lane, _ in rung], [chunk for _, chunk in rung]
-
-    def launch_reset(self, args: Sequence[tuple[Any, ...] | None], label: str) -> Call | None:
-        """A reset of each worker whose `args` are not None, on their lanes (None: not sent).
-
-        Not sent (the slow path's to do) when `posts` says so. A Ctrl-C while it sends gives
-        the reset up: its replies settle tickets nobody holds.
-        """
-        posts = self.posts(args)
-        if posts is None:
-            return None
-        called, messages, kept = posts
-        with DEFERRED:  # every reset sent, or the call given up
-            tickets = [
-                lane.post(message, worker_args)
-                for lane, message, worker_args in zip(called, messages, kept, strict=True)
-            ]
-            return Call("reset", label, tickets, True)
-
-    def posts(
-        self, args: Sequence[tuple[Any, ...] | None]
-    ) -> tuple[list[Lane], list[bytes], list[Any]] | None:
-        """The lanes, messages and args of a reset of each worker whose `args` are not None.
-
-        None (the slow path's to do) unless every worker is on a hot transport and no
-        lost-episode report is owed (`now`), if no worker is called, unless every such worker
-        answered all it was sent before, or if an argument cannot be serialized (the slow path
-        says which).
-        """
-        found = self.now()
-        if found is None:
-            return None
-        called, messages, kept = [], [], []
-        for lane, worker_args in zip(found.lanes, args, strict=True):
-            if worker_args is None:
-                continue
-            transport = lane.transport
-            if not transport.can_post():
-                return None
-            try:
-                messages.append(transport.encode_op("reset", worker_args))
-            except Exception:
-                return None
-            called.append(lane)
-            kept.append(worker_args)
-        return (called, messages, kept) if called else None
-
-    def wait(self, call: Call, deadline: float | None) -> bool:
-        """Whether every worker of `call` answered in place (a step's `batch` then).
-
-        False when the wait reaches `deadline`, when a reply is anything else, or when `call`
-        was not rung on the lanes: the slow path's to wait for and judge (its tickets are
-        settled by their replies, read already or to come). A Ctrl-C while it waits gives
-        the call up.
-        """
-        with DEFERRED:  # (let through while `poll` blocks: nothing is half read then)
-            self.owe_on_interrupt(call)
-            return call.lanes and self.read(call.tickets, None, deadline)
 
     def owe_on_interrupt(self, call: Call) -> None:
         """If a Ctrl-C ends the caller's block, `call`'s envs owe what their step carried.

@@ -10,10 +10,10 @@ settles every ticket as lost with the worker, with Ray's word on why.
 
 A transport with rows (`Rows`) carries a step's actions and results in the batch's layout: in
 memory shared with the worker (`shared_memory.SharedRows`), or as raw bytes after the messages
-(`tcp.StreamRows`). It is hot: the lanes (`lanes.py`) ring a step (`ring`, a doorbell) or
-post a reset (`post`) with its ticket, and read the answer, a status record, with `read_lane`,
-which settles the ticket with it; any other reply it reads settles its ticket as `pump`'s
-read would.
+(`tcp.StreamRows`). It is hot: the lanes (`lanes.py`) ring a step (`ring`, a doorbell) with
+its ticket, and read the answer, a status record, with `read_lane` (a reset's too, sent as a
+pickled call by `submit`), which settles the ticket with it; any other reply it reads settles
+its ticket as `pump`'s read would.
 """
 
 from __future__ import annotations
@@ -196,10 +196,6 @@ class ChannelTransport:
         in_rows = ticket.shared_args and self._actions_shared and (self.idle or not shared)
         return encode_message(ticket.op, ticket.args, rows, in_rows)
 
-    def encode_op(self, op: str, args: Any) -> bytes:
-        """The message of `op` with `args`, pickled (serialization errors are raised here)."""
-        return encode_message(op, args, self._rows, False)
-
     def submit(self, ticket: Ticket, data: Any = None) -> None:
         """Queue `ticket`'s operation and write as much of it as the channel takes now."""
         ticket.transport = self
@@ -232,29 +228,23 @@ class ChannelTransport:
     def ring(self, actions: np.ndarray, ticket: Ticket) -> int:
         """Send a step of all of this worker's envs as a doorbell: its sequence number.
 
-        The lanes'; call it with interrupts held back, after `can_post`, with `actions` in the
+        The lanes'; call it with interrupts held back, after `can_ring`, with `actions` in the
         layout of the rows (`action_rows`). The actions go into the rows, the doorbell onto
-        the channel (with the rows, if they travel); `ticket` waits for the reply (`post`).
+        the channel (with the rows, if they travel); `ticket` waits for the reply
+        (`read_lane` settles it, or `pump`'s read).
         """
         self._leaf[...] = actions  # type: ignore[index]  # (not None: see `action_rows`)
-        return self.post(self._rows.message(DOORBELL, None), ticket)  # type: ignore[union-attr]
-
-    def can_post(self) -> bool:
-        """Whether `post` can send a message now: the worker answered all, nothing waits."""
-        return not self.broken and self._answered == self._seq and not self._outbox.pending
-
-    def post(self, data: bytes, ticket: Ticket) -> int:
-        """Send the message `data` (`encode_op`'s, or `ring`'s doorbell): its sequence number.
-
-        The lanes'; call it with interrupts held back, after `can_post`. `ticket` waits for
-        the reply (`read_lane` settles it, or `pump`'s read).
-        """
+        data = self._rows.message(DOORBELL, None)  # type: ignore[union-attr]
         self._seq = seq = self._seq + 1
         ticket.transport, ticket.handle = self, seq
         self._waiting[seq] = ticket
         if not self._outbox.send(self._go, seq, data):
             self._break()  # the worker closed its end: it is gone (as in `submit`)
         return seq
+
+    def can_ring(self) -> bool:
+        """Whether `ring` can send a step now: the worker answered all, nothing waits."""
+        return not self.broken and self._answered == self._seq and not self._outbox.pending
 
     def read_lane(self) -> int:
         """Read the replies that came (the last message's, as a rule): a code, or a constant.
