@@ -110,7 +110,7 @@ RESET_ERROR_CODE: list[Callable[..., Any]] = [
     Calls.wait,
     Calls.judge,
     Calls.error,
-    ChannelTransport.pump,
+    ChannelTransport._settle_messages,
     ChannelTransport._received,
     ChannelTransport._take_infos,
 ]

@@ -248,20 +248,21 @@ def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_us
         assert obs[:, 0].tolist() == [1.0, 2.0, 1.0, 2.0]
 
 
-@pytest.mark.parametrize("first_guard", [True, False], ids=["can_ring", "sequence-only"])
+@pytest.mark.parametrize("then", ["step", "step-sequence-only", "reset"])
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_a_reset_that_times_out_leaves_every_call_usable(transport, first_guard, roads, tmp_path):
+def test_a_reset_that_times_out_leaves_every_call_usable(transport, then, roads, tmp_path):
     """Worker 1's envs late at a shut gate: the reset's `TimeoutError` names them.
 
-    The late answer, when it comes, is nobody's: the next reset and step give their own.
-    `can_ring` (the first guard) keeps a step off the lanes while an answer is still to come.
-    With that guard let through, the step is rung while the late answer waits in the pipe;
-    the second guard, the sequence number `read_lane` checks, leaves that answer to the
-    failures branch, which drops it. Either way the step is back on the lanes after it.
+    The late answer, when it comes, is nobody's: the next call, read on the lanes while that
+    answer waits in the pipe, gives its own. A step: `can_ring` (the first guard) keeps it off
+    the lanes while an answer is still to come; with that guard let through
+    (``step-sequence-only``) it is rung, and the second guard, the sequence number
+    `read_lane` checks, leaves the late answer to the failures branch, which drops it. A
+    reset is read on the lanes whatever came before: the sequence number does the same. Either
+    way the step after it is back on the lanes.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport, timeout=3.0)
     gate = Gate(str(tmp_path))
-    expected = [FlakyEnv().reset(seed=1 + env)[0][0] for env in range(4)]
     with contextlib.closing(envs):
         assert transport_kinds(envs) == [_KINDS[transport]] * 2  # (on the lanes: none fell back)
         envs.reset(seed=0)
@@ -271,18 +272,21 @@ def test_a_reset_that_times_out_leaves_every_call_usable(transport, first_guard,
         assert roads[-1] == ("reset", False)  # (read on the lanes until the deadline)
         seen = len(roads)
         with pytest.MonkeyPatch.context() as patch:  # (not `monkeypatch`: `roads` stays)
-            if not first_guard:
+            if then == "step-sequence-only":
                 patch.setattr(ChannelTransport, "can_ring", lambda self: not self.broken)
-            gate.open()  # the late resets finish in their worker
+            gate.open()  # the late resets finish in their worker (and the next pass the gate)
             assert answer_waits(envs, 1)  # (seed 1's answer waits in its pipe)
-            stepped = envs.step(np.ones(4, dtype=np.int64))[0]
-        assert roads[seen:] == ([] if first_guard else [("step", False)])  # (met: failures)
-        assert stepped[:, 0].tolist() == [x + 1 for x in expected]  # (seed 1's reset went on)
-        obs = envs.reset(seed=3)[0]
-        expected = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
-        assert obs[:, 0].tolist() == expected
+            if then == "reset":
+                got = envs.reset(seed=3)[0][:, 0].tolist()
+                given = [FlakyEnv().reset(seed=3 + env)[0][0] for env in range(4)]
+            else:  # (seed 1's reset went on in the workers)
+                got = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
+                given = [FlakyEnv().reset(seed=1 + env)[0][0] + 1 for env in range(4)]
+        late = {"step": [], "step-sequence-only": [("step", False)], "reset": [("reset", False)]}
+        assert roads[seen:] == late[then]  # (the late answer met: the failures branch)
+        assert got == given
         stepped = envs.step(np.ones(4, dtype=np.int64))[0]
-        assert stepped[:, 0].tolist() == [x + 1 for x in expected]
+        assert stepped[:, 0].tolist() == [x + 1 for x in given]
         assert roads[-1] == ("step", True)  # (every answer read: back on the lanes)
 
 
@@ -404,15 +408,18 @@ def test_a_recv_that_times_out_with_an_async_reset_out_keeps_the_late_reset_in_f
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
-def test_reset_options_that_cannot_be_serialized_are_the_slow_paths_type_error(transport):
-    """Nothing is sent, the error names the envs, and the next reset goes on the lanes."""
+def test_reset_options_that_cannot_be_serialized_are_a_type_error(transport, roads):
+    """Nothing is sent, the error names the envs, and the next reset is read on the lanes."""
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):
         envs.reset()
         message = r"the arguments of `reset` for env\(s\) \[0, 1\] cannot be serialized"
+        seen = len(roads)
         with pytest.raises(TypeError, match=message):
             envs.reset(options={"lock": threading.Lock()})
+        assert roads[seen:] == []  # (nothing sent: nothing read)
         assert envs.reset(seed=7)[0].shape == (4, 1)
+        assert roads[seen:] == [("reset", True)]
 
 
 def test_a_tcp_doorbell_the_socket_takes_only_part_of_is_written_in_full():

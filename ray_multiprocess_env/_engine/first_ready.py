@@ -5,8 +5,9 @@ soon as at least ``batch_size`` envs are done. Every call in flight is a `Ticket
 state (`CallState.in_flight`), whichever way it was sent.
 
 While every worker is on its lane and no lost-episode report is owed (`Lanes.now`), `send`
-rings the doorbells of whole workers' envs, `async_reset` posts each worker's reset, and `recv`
-reads the answers with the read a lockstep step uses (`Lanes.read`) until enough envs are in,
+rings the doorbells of whole workers' envs, and `recv` reads the answers (an `async_reset`'s
+too: it sends each worker its reset as a pickled call, `Calls.launch`, and the answer is a
+record) with the read a lockstep step uses (`Lanes.read`) until enough envs are in,
 then hands their rows out of the store (`hand_out`: all or nothing under a Ctrl-C, which leaves
 them in flight, answered, for the next `recv`). Anything else is sent as a pickled call
 (`Calls.launch`), and a `recv` that the read leaves (an env error, a death, infos off the

@@ -11,10 +11,11 @@ for the reply, as a pickled call's message has (`Calls.launch`). `Lanes.read` re
 answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
 whether old gym's API; or `INFOS`, with the info dicts per env after it), which settles the
 ticket with a shared outcome of that code, and `batch` hands a step's results out of the
-store. The same read serves first-ready's `recv` (`first_ready.py`), for a reset's answers too
-(a reset is sent as a pickled call: it is rare, its answer is what counts): lockstep is
-first-ready with the whole batch. Interrupts are held back from the first doorbell to the last
-answer, and let through only while ``poll`` blocks, where nothing is half read.
+store. The same read serves first-ready's `recv` (`first_ready.py`) and a synchronous reset
+(`Engine._run_reset`): a reset is sent as a pickled call (it is rare, its arguments differ every
+time), and its answers are records, as a step's. Lockstep is first-ready with the whole batch.
+A step holds interrupts back from its first doorbell to its last answer, and lets them through
+only while ``poll`` blocks, where nothing is half read.
 
 Anything but an answer of everything in place (an env error, a death, infos off the columns),
 a timeout, a message the socket took only part of (TCP's, with its action rows), or a close
@@ -140,7 +141,10 @@ def _owe_lanes(lost_episodes: LostEpisodes, tickets: list[Ticket]) -> None:
 
 
 class Lanes:
-    """The steps and resets of one engine's workers on their lanes (module docstring)."""
+    """The steps of one engine's workers on their lanes, and the read of any call's records.
+
+    (Module docstring.)
+    """
 
     def __init__(self, pool: Pool, store: BatchStore) -> None:
         self._pool, self._store = pool, store
@@ -255,7 +259,7 @@ class Lanes:
         Its replies settle tickets nobody holds then (`LostEpisodes.owe_again`). Call it in
         that block.
         """
-        if call.lanes and call.op == "step":
+        if call.lanes:  # (only steps are rung on the lanes)
             DEFERRED.undo_on_interrupt(_owe_lanes, self._pool.lost_episodes, call.tickets)
 
     def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
@@ -347,7 +351,7 @@ class Lanes:
         return None
 
     def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
-        """The batch of a step every worker answered (`wait`): of every env, or of `env_ids`.
+        """The batch of a step every worker answered (`read`): of every env, or of `env_ids`.
 
         Records of infos in columns (gymnasium's layout), or `INFOS` (an info dict per env).
         """
@@ -360,7 +364,7 @@ class Lanes:
                 return self._store.whole(written >> 1, bool(written & 1))
         parts, old_api = [], False
         for ticket in tickets:
-            reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered: `wait`)
+            reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered: `read`)
             parts.append((ticket.envs[0], reply.infos))
             old_api |= reply.old_api
         if env_ids is None:
