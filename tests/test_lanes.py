@@ -88,7 +88,7 @@ def recv_reads(monkeypatch):
 
 def _in_flight(envs):
     """``(worker, kind, whether answered)`` of each first-ready call in flight (private)."""
-    return [(t.worker, kind, t.outcome is not None) for t, kind in envs._engine._state.in_flight]
+    return [(t.worker, t.op, t.outcome is not None) for t in envs._engine._state.in_flight]
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)

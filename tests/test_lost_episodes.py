@@ -238,7 +238,7 @@ def test_hand_out_puts_results_back_on_ctrl_c_only():
     state, lost = CallState("Vec", 2), LostEpisodes(2)
     ticket = Ticket(0, 0, "step", (None, None), (0, 1))
     ticket.outcome = Outcome(True, None)
-    state.put_in_flight([(ticket, "step")])
+    state.put_in_flight([ticket])
 
     def raising(error):
         def make():

@@ -123,8 +123,9 @@ class CallState:
         self.name, self.words = name, words
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
-        #: The first-ready tickets in flight and their kind (``"step"`` or ``"reset"``).
-        self.in_flight: list[tuple[Ticket, str]] = []
+        #: The first-ready tickets in flight (a step's or a reset's: `base.env_method`).
+        #: Replaced, never changed in place: a list read from it stays as it was.
+        self.in_flight: list[Ticket] = []
         self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the calls in flight
         self.busy_count = 0
 
@@ -132,7 +133,7 @@ class CallState:
         """Whether a first-ready call to `worker` is in flight."""
         if not self.in_flight:  # (the lanes' usual: no generator per lane of each `send`)
             return False
-        return any(ticket.worker == worker for ticket, _ in self.in_flight)
+        return any(ticket.worker == worker for ticket in self.in_flight)
 
     def check_open(self, name: str) -> None:
         """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
@@ -183,7 +184,7 @@ class CallState:
         """`call` stays pending (its `step_wait` timed out and may be called again)."""
         self.begin_step(call)
 
-    def put_in_flight(self, tickets: Iterable[tuple[Ticket, str]]) -> None:
+    def put_in_flight(self, tickets: Iterable[Ticket]) -> None:
         """First-ready tickets are out (nothing, once closed: `close` gave them up).
 
         Call it with interrupts held back (its caller's block sends them, or puts back what
@@ -196,15 +197,15 @@ class CallState:
         self.in_flight = self.in_flight + items
         self._settle_state()
 
-    def take(self, tickets: Sequence[Ticket]) -> list[tuple[Ticket, str]]:
-        """These first-ready tickets (and their kinds), no longer in flight.
+    def take(self, tickets: Sequence[Ticket]) -> list[Ticket]:
+        """These first-ready tickets, no longer in flight.
 
         Call it with interrupts held back (its caller's block hands them out, all or nothing).
         """
-        done: list[tuple[Ticket, str]] = []
-        left: list[tuple[Ticket, str]] = []
-        for item in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
-            (done if item[0] in tickets else left).append(item)
+        done: list[Ticket] = []
+        left: list[Ticket] = []
+        for ticket in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
+            (done if ticket in tickets else left).append(ticket)
         self.busy_count -= _mark(self.busy, done, False)
         self.in_flight = left
         self._settle_state()
@@ -214,7 +215,7 @@ class CallState:
         if self.state is not State.CLOSED and self.state is not State.WAITING_STEP:
             self.state = State.IN_FLIGHT if self.in_flight else State.IDLE
 
-    def close(self) -> tuple[Call | None, list[tuple[Ticket, str]]]:
+    def close(self) -> tuple[Call | None, list[Ticket]]:
         """Closed; what was pending and in flight, to give up."""
         with deferred_interrupts():
             out = (self.pending, self.in_flight)
@@ -253,13 +254,13 @@ class CallState:
         return int(wanted)
 
 
-def _mark(busy: np.ndarray, items: list[tuple[Ticket, str]], value: bool) -> int:
+def _mark(busy: np.ndarray, tickets: list[Ticket], value: bool) -> int:
     """Mark the envs of these tickets busy or not; how many envs they have.
 
     (A `range` of envs, a worker's whole run, is one slice.)
     """
     count = 0
-    for ticket, _ in items:
+    for ticket in tickets:
         envs = ticket.envs
         if type(envs) is range:
             busy[envs.start : envs.stop] = value
@@ -288,7 +289,7 @@ def hand_out(
     short.) Another error from `make` (a face refusing what came back) is raised with the
     tickets taken, as the call's error; the reports stay owed.
     """
-    taken: list[tuple[Ticket, str]] = []
+    taken: list[Ticket] = []
     owed = None
     try:
         with DEFERRED:
@@ -308,7 +309,7 @@ def hand_out(
 def _put_back(
     state: CallState,
     lost_episodes: LostEpisodes,
-    taken: list[tuple[Ticket, str]],
+    taken: list[Ticket],
     owed: np.ndarray | None,
     envs: Iterable[int] | None,
     done: Sequence[Ticket],

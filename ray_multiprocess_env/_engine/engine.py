@@ -322,7 +322,7 @@ class Engine(StepVerbs):
                 pending, in_flight = self._state.close()
                 if pending is not None:
                     self._calls.abandon(pending)
-                self._calls.abandon(Call("close", "close", [t for t, _ in in_flight]))
+                self._calls.abandon(Call("close", "close", in_flight))
                 if close_envs and self._pool.launcher.reachable():
                     self._close_envs(kill)
         finally:

@@ -40,7 +40,7 @@ from ray_multiprocess_env._engine.splits import (
     worker_args,
 )
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in, env_method
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env.compat import reset_as_step
 from ray_multiprocess_env.errors import _EnvFailures, env_list
@@ -98,7 +98,7 @@ class FirstReadyVerbs:
             kwargs = env_kwargs(seeds, options)
             with deferred_interrupts():  # sent, in flight and the seeds used up, or none
                 call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
-                self._state.put_in_flight((ticket, "reset") for ticket in call.tickets)
+                self._state.put_in_flight(call.tickets)
                 self._pool.seeds.sent(seeds, every)
                 noted()
             return
@@ -106,7 +106,7 @@ class FirstReadyVerbs:
         with deferred_interrupts():  # sent, in flight and the seeds used up, or none
             sent = self._calls.launch("reset", args, "async_reset")
             self._store.ready[:] = True
-            self._state.put_in_flight([(ticket, "reset") for ticket in sent.tickets])
+            self._state.put_in_flight(sent.tickets)
             self._pool.seeds.sent(seeds, every)
             noted()
 
@@ -132,7 +132,7 @@ class FirstReadyVerbs:
                 call = self._calls.launch_apply("step", per_env, None, label)
             else:
                 call = self._calls.launch("step", args, label, envs, shared_args=True)
-            self._state.put_in_flight((ticket, "step") for ticket in call.tickets)
+            self._state.put_in_flight(call.tickets)
 
     def _send_on_lanes(self, lanes: Lanes, actions: Any, env_ids: Sequence[int]) -> bool:
         """`send` of whole workers' envs, each worker's doorbell rung; False: not sent.
@@ -154,7 +154,7 @@ class FirstReadyVerbs:
             if state.has_call_to(lane.worker):
                 return False
         with DEFERRED:  # rung and in flight, or neither
-            state.put_in_flight([(lane.ring(chunk), "step") for lane, chunk in rung])
+            state.put_in_flight([lane.ring(chunk) for lane, chunk in rung])
         return True
 
     def recv(
@@ -183,7 +183,7 @@ class FirstReadyVerbs:
         deadline = deadline_in(seconds)
         lanes = self._lanes
         if lanes is not None and (found := lanes.now()) is not None:
-            tickets = [ticket for ticket, _ in self._state.in_flight]
+            tickets = self._state.in_flight  # (replaced, never changed: `hand_out` takes from it)
             # Read, then handed out, each in a block of its own. A Ctrl-C held back, or coming
             # while it waits, comes through in `poll` (`Lanes.read`) or at the read's end, with
             # nothing taken out of flight: the answers read stay on their tickets for the next
@@ -205,25 +205,24 @@ class FirstReadyVerbs:
         # the failures branch (and the transports with no lanes): the same tickets waited on
         # and judged
         done = self._first(min_envs, timeout, deadline)
-        tickets = [ticket for ticket, _, _ in done]
+        tickets = [ticket for ticket, _ in done]
         if self._store is None:  # each env's own result; a reset's looks like a step
             received = []
-            for ticket, kind, values in done:
+            for ticket, values in done:
                 start = self._pool.workers[ticket.worker].envs.start
+                reset = env_method(ticket) == "reset"
                 for env in ticket.envs:
                     value = values[env - start]
-                    received.append((env, reset_as_step(value) if kind == "reset" else value))
+                    received.append((env, reset_as_step(value) if reset else value))
             received.sort(key=lambda item: item[0])
             ids = np.array([env for env, _ in received], dtype=np.int64)
             rows = [r for _, r in received]
             make = lambda: finish(Batch(None, None, None, None, None, ids, rows=rows))  # noqa: E731
             return hand_out(self._state, self._pool.lost_episodes, tickets, ids, make)
         workers = self._pool.workers
-        ids = np.array(sorted(e for ticket, _, _ in done for e in ticket.envs), dtype=np.int64)
-        answered = [
-            (workers[t.worker].envs.start, value, ticket_positions(t)) for t, _, value in done
-        ]
-        every_row = all(t.handle is not _PARTIAL for t, _, _ in done)
+        ids = np.array(sorted(e for ticket in tickets for e in ticket.envs), dtype=np.int64)
+        answered = [(workers[t.worker].envs.start, value, ticket_positions(t)) for t, value in done]
+        every_row = all(t.handle is not _PARTIAL for t in tickets)
         return hand_out(
             self._state,
             self._pool.lost_episodes,
@@ -237,15 +236,14 @@ class FirstReadyVerbs:
         min_envs: int,
         timeout: float | None,
         deadline: float | None,
-    ) -> list[tuple[Ticket, str, Any]]:
-        """Wait until finished tickets cover `min_envs` envs; ``(ticket, kind, result)`` each.
+    ) -> list[tuple[Ticket, Any]]:
+        """Wait until finished tickets cover `min_envs` envs; ``(ticket, result)`` each.
 
         Everything already finished is included; the tickets stay in flight (`recv` takes
         them out as it hands their results out). `deadline`: the call's, unless a first call
         of the user's own actors gives it longer. A lost worker is restarted here.
         """
-        in_flight = list(self._state.in_flight)
-        tickets = [ticket for ticket, _ in in_flight]
+        tickets = self._state.in_flight  # (replaced, never changed in place)
         seconds = self._pool.options.timeout if timeout is None else timeout
         seconds, deadline = self._pool.deadline_for(tickets, seconds, deadline)
         progress, words = -1, self._state.words
@@ -264,8 +262,8 @@ class FirstReadyVerbs:
                 )
             progress = settled
             wait_tickets(tickets, deadline, settled + 1)
-        done = [(ticket, kind) for ticket, kind in in_flight if ticket.outcome is not None]
-        call = Call("step", words.recv, [t for t, _ in done])
+        done = [ticket for ticket in tickets if ticket.outcome is not None]
+        call = Call("step", words.recv, done)
         ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
         try:
             values = self._calls.judge(call, seconds, False, deadline=ends)
@@ -274,12 +272,12 @@ class FirstReadyVerbs:
         except BaseException:  # (an env error, or a restart that failed) the envs that raised
             # or were lost leave flight (a lost worker's report stays owed); the others'
             # answers wait for the next `recv`
-            failed = [t for t, _ in done if t.outcome is None or not t.outcome.ok]
+            failed = [t for t in done if t.outcome is None or not t.outcome.ok]
             with deferred_interrupts():
                 self._state.take(failed)
-                self._state.put_in_flight(_siblings([d for d in done if d[0] in failed]))
+                self._state.put_in_flight(_siblings(failed))
             raise
-        return [(t, kind, value) for (t, kind), value in zip(done, values, strict=True)]
+        return list(zip(done, values, strict=True))
 
 
 def _parts(
@@ -324,14 +322,14 @@ def _first_env(envs: range) -> int:
     return envs.start
 
 
-def _siblings(done: list[tuple[Ticket, str]]) -> list[tuple[Ticket, str]]:
+def _siblings(done: list[Ticket]) -> list[Ticket]:
     """For each ticket where some envs raised: the others' results, as a ticket of their own.
 
     The worker's partial reply holds the rows of every env it ran; the new ticket names only
     the envs that did not raise, so the next `recv` returns them and not the failed ones.
     """
     out = []
-    for ticket, kind in done:
+    for ticket in done:
         outcome = ticket.outcome
         if outcome is None or outcome.ok or outcome.died:
             continue
@@ -345,5 +343,5 @@ def _siblings(done: list[tuple[Ticket, str]]) -> list[tuple[Ticket, str]]:
                 ticket.worker, ticket.generation, ticket.op, ticket.args, keep, ticket.shared_args
             )
             sibling.outcome, sibling.handle = Outcome(True, cause.partial), _PARTIAL
-            out.append((sibling, kind))
+            out.append(sibling)
     return out

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ray_multiprocess_env._engine.transports.base import Ticket, Transport
+from ray_multiprocess_env._engine.transports.base import Ticket, Transport, env_method
 
 __all__ = ["LostEpisodes"]
 
@@ -61,7 +61,12 @@ class LostEpisodes:
 
     def owe_tickets(self, tickets: Iterable[Ticket]) -> None:
         """The steps of `tickets` that were sent were given up: `owe_again` their envs."""
-        envs = [env for t in tickets if t.transport is not None and _steps(t) for env in t.envs]
+        envs = [
+            env
+            for t in tickets
+            if t.transport is not None and env_method(t) == "step"
+            for env in t.envs
+        ]
         if envs:
             self.owe_again(envs)
 
@@ -107,7 +112,7 @@ class LostEpisodes:
 
         `first_env` is the worker's first env. Nothing is sent when none of them is owed.
         """
-        if not self.any or not _steps(ticket):
+        if not self.any or env_method(ticket) != "step":
             return
         owed = self._owed
         positions = [env - first_env for env in ticket.envs if owed[env]]
@@ -115,8 +120,3 @@ class LostEpisodes:
             rearm = Ticket(ticket.worker, ticket.generation, "rearm", (positions,), ticket.envs)
             transport.submit(rearm)
             transport.forget(rearm)  # (its reply, None, is of no interest)
-
-
-def _steps(ticket: Ticket) -> bool:
-    """Whether `ticket` steps envs (a batched ``step``, or ``step`` on each env)."""
-    return ticket.op == "step" or (ticket.op == "apply" and ticket.args[0] == "step")

@@ -48,6 +48,7 @@ __all__ = [
     "Waiter",
     "all_hot",
     "decode_reply",
+    "env_method",
     "outcome_of_code",
     "outcome_of_infos",
     "outcome_of_reply",
@@ -104,6 +105,12 @@ class Ticket:
         self.handle: Any = None  # the transport's own: a Ray object ref, a sequence number
         self.outcome: Outcome | None = None
         self.code = -1
+
+
+def env_method(ticket: Ticket) -> str:
+    """The env method `ticket` runs (``"step"``, ``"reset"``...): its op, or what it applies."""
+    method: str = ticket.args[0] if ticket.op == "apply" else ticket.op
+    return method
 
 
 class Waiter(Protocol):
