@@ -66,9 +66,13 @@ def test_first_ready_results_match_synchronous_stepping(layout):
             assert any(len(batch) < num_envs for batch in batches)
 
 
-def test_async_reset_comes_back_as_a_step_with_zero_reward():
-    """After async_reset, recv returns (obs, 0.0, False, False, info) per env, like envpool."""
-    with flaky_vec(2, "workers-of-2") as vec:
+@pytest.mark.parametrize("layout", ["actor-per-env", "workers-of-2"])
+def test_async_reset_comes_back_as_a_step_with_zero_reward(layout):
+    """After async_reset, recv returns (obs, 0.0, False, False, info) per env, like envpool.
+
+    (The user's own actors have no batch layout: each env's reset comes back as its own.)
+    """
+    with flaky_vec(2, layout) as vec:
         vec.seed(3)
         vec.async_reset()
         env_ids, (obs, rewards, terminated, truncated, _) = vec.recv()

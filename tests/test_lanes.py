@@ -26,6 +26,7 @@ import pytest
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.transports.base import method_of
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
 from tests.helpers import answer_waits, assert_killed, transport_kinds, worker_pids
@@ -87,8 +88,8 @@ def recv_reads(monkeypatch):
 
 
 def _in_flight(envs):
-    """``(worker, kind, whether answered)`` of each first-ready call in flight (private)."""
-    return [(t.worker, t.op, t.outcome is not None) for t in envs._engine._state.in_flight]
+    """``(worker, env method, whether answered)`` of each first-ready call in flight (private)."""
+    return [(t.worker, method_of(t), t.outcome is not None) for t in envs._engine._state.in_flight]
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)

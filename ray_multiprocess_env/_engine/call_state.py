@@ -123,7 +123,7 @@ class CallState:
         self.name, self.words = name, words
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
-        #: The first-ready tickets in flight (a step's or a reset's: `base.env_method`).
+        #: The first-ready tickets in flight (a step's or a reset's: `base.method_of`).
         #: Replaced, never changed in place: a list read from it stays as it was.
         self.in_flight: list[Ticket] = []
         self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the calls in flight

@@ -40,7 +40,7 @@ from ray_multiprocess_env._engine.splits import (
     worker_args,
 )
 from ray_multiprocess_env._engine.store import BatchStore
-from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in, env_method
+from ray_multiprocess_env._engine.transports.base import Outcome, Ticket, deadline_in, method_of
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env.compat import reset_as_step
 from ray_multiprocess_env.errors import _EnvFailures, env_list
@@ -183,7 +183,7 @@ class FirstReadyVerbs:
         deadline = deadline_in(seconds)
         lanes = self._lanes
         if lanes is not None and (found := lanes.now()) is not None:
-            tickets = self._state.in_flight  # (replaced, never changed: `hand_out` takes from it)
+            tickets = self._state.in_flight  # (the state replaces its list, never changes it)
             # Read, then handed out, each in a block of its own. A Ctrl-C held back, or coming
             # while it waits, comes through in `poll` (`Lanes.read`) or at the read's end, with
             # nothing taken out of flight: the answers read stay on their tickets for the next
@@ -210,7 +210,7 @@ class FirstReadyVerbs:
             received = []
             for ticket, values in done:
                 start = self._pool.workers[ticket.worker].envs.start
-                reset = env_method(ticket) == "reset"
+                reset = method_of(ticket) == "reset"
                 for env in ticket.envs:
                     value = values[env - start]
                     received.append((env, reset_as_step(value) if reset else value))

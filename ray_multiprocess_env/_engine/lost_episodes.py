@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ray_multiprocess_env._engine.transports.base import Ticket, Transport, env_method
+from ray_multiprocess_env._engine.transports.base import Ticket, Transport, method_of
 
 __all__ = ["LostEpisodes"]
 
@@ -64,7 +64,7 @@ class LostEpisodes:
         envs = [
             env
             for t in tickets
-            if t.transport is not None and env_method(t) == "step"
+            if t.transport is not None and method_of(t) == "step"
             for env in t.envs
         ]
         if envs:
@@ -112,7 +112,7 @@ class LostEpisodes:
 
         `first_env` is the worker's first env. Nothing is sent when none of them is owed.
         """
-        if not self.any or env_method(ticket) != "step":
+        if not self.any or method_of(ticket) != "step":
             return
         owed = self._owed
         positions = [env - first_env for env in ticket.envs if owed[env]]

@@ -48,7 +48,7 @@ __all__ = [
     "Waiter",
     "all_hot",
     "decode_reply",
-    "env_method",
+    "method_of",
     "outcome_of_code",
     "outcome_of_infos",
     "outcome_of_reply",
@@ -107,7 +107,7 @@ class Ticket:
         self.code = -1
 
 
-def env_method(ticket: Ticket) -> str:
+def method_of(ticket: Ticket) -> str:
     """The env method `ticket` runs (``"step"``, ``"reset"``...): its op, or what it applies."""
     method: str = ticket.args[0] if ticket.op == "apply" else ticket.op
     return method
