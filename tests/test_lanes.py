@@ -36,22 +36,28 @@ LANE_TRANSPORTS = ["auto", "pipe", "tcp"]
 _KINDS = {"auto": "shared_memory", "pipe": "pipe", "tcp": "tcp"}  # (each one's `transport_kinds`)
 
 
-@pytest.fixture
-def roads(monkeypatch):
-    """``(op, whether it ended on the lanes)`` of each call read on the lanes, in order.
+def _spy_reads(monkeypatch, of_recv):
+    """``(op of the first ticket, whether it read enough)`` of each `Lanes.read`, in order.
 
-    (`Lanes.read` of every answer of a call: a step's, or a reset's.)
+    Of a first-ready `recv`'s reads (`of_recv`: `wanted` given) or of the others' (every answer
+    of a call: a step's, or a reset's).
     """
     read, seen = Lanes.read, []
 
     def spy(self, tickets, wanted, deadline):
         went = read(self, tickets, wanted, deadline)
-        if wanted is None:  # (not a first-ready `recv`'s read)
+        if (wanted is not None) == of_recv:
             seen.append((tickets[0].op, went))
         return went
 
     monkeypatch.setattr(Lanes, "read", spy)
     return seen
+
+
+@pytest.fixture
+def roads(monkeypatch):
+    """``(op, whether it ended on the lanes)`` of each call read on the lanes, in order."""
+    return _spy_reads(monkeypatch, of_recv=False)
 
 
 @pytest.fixture
@@ -71,20 +77,11 @@ def lane_sends(monkeypatch):
 
 @pytest.fixture
 def recv_reads(monkeypatch):
-    """``(op of the first ticket, whether it read enough)`` of each first-ready `recv`'s read.
+    """``(op, whether it read enough)`` of each first-ready `recv`'s read on the lanes.
 
-    (`Lanes.read` of the first answers: False leaves the `recv` to the failures branch.)
+    (False leaves the `recv` to the failures branch.)
     """
-    read, seen = Lanes.read, []
-
-    def spy(self, tickets, wanted, deadline):
-        went = read(self, tickets, wanted, deadline)
-        if wanted is not None:
-            seen.append((tickets[0].op, went))
-        return went
-
-    monkeypatch.setattr(Lanes, "read", spy)
-    return seen
+    return _spy_reads(monkeypatch, of_recv=True)
 
 
 def _in_flight(envs):
