@@ -53,7 +53,13 @@ import ray
 
 from benchmarks import driver_floor, driver_stages, loops, worker_step
 from benchmarks.envs import action_samples
-from benchmarks.report import environment_variable, start_ray_settled, write_section
+from benchmarks.report import (
+    cpu_of,
+    environment_variable,
+    start_ray_settled,
+    workers_of,
+    write_section,
+)
 from ray_multiprocess_env import make_vector_env
 from ray_multiprocess_env._engine.worker_spin import SPIN_VARIABLE
 from ray_multiprocess_env.bench_policies import make_policy
@@ -119,16 +125,6 @@ def probe_run(probe: Path, first_ready: bool, seconds: float) -> dict[str, float
 def _thread_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_THREAD)
     return usage.ru_utime + usage.ru_stime
-
-
-def workers_of(envs: Any) -> list[psutil.Process]:
-    """The worker processes of a vector env of ours (none for gymnasium's own)."""
-    engine = getattr(envs, "_engine", None)
-    return [] if engine is None else [psutil.Process(pid) for pid in engine.run_on_workers("pid")]
-
-
-def cpu_of(processes: list[psutil.Process]) -> float:
-    return sum(sum(p.cpu_times()[:2]) for p in processes)
 
 
 def _result(

@@ -20,7 +20,11 @@ turns every 20 steps (so the machine's drift falls on all alike):
 The bare loop keeps the transports' sequence numbers in step, so the library's calls go on
 working between turns. The table splits off the part of each way's CPU spent in the kernel
 (``getrusage`` of the thread: its system calls, and being put to sleep and woken in ``poll``),
-which Python code cannot shorten. It also counts the Python bytecodes the face and the engine
+which Python code cannot shorten, and gives the workers' CPU per env step under each way
+(psutil: the workers run the same code whichever way steps them, so what it differs by is what
+the driver's way costs them, a poll that lasts while the driver works among it: set
+``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US=0`` to leave polling out). It also counts the Python
+bytecodes the face and the engine
 run per step (a tracer on a separate run of steps: counting slows them down, so it is not
 timed); with ``--functions N`` it lists the N functions that run the most of the face's.
 
@@ -54,6 +58,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from benchmarks.report import cpu_of, workers_of
 from ray_multiprocess_env import GymnasiumVectorEnv, make_vector_env
 from ray_multiprocess_env._protocol.pipes import HEADER
 from ray_multiprocess_env._protocol.status import DOORBELL, RECORD
@@ -63,7 +68,11 @@ _STUCK_S = 5.0  # seconds of the stuck worker's step (`_one_of_two`): past the l
 
 
 def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
-    """µs of driver CPU per step and env steps/s of each way; bytecodes per step."""
+    """µs of driver CPU per step, of the workers' per env step, env steps/s of each way; bytecodes.
+
+    (The workers run the same code whichever way steps them: what their CPU per env step
+    differs by is what the driver's way costs them.)
+    """
     env = make_vector_env(env_id, 2 * k, num_workers=2, seed=0)
     try:
         env.reset(seed=0)
@@ -74,15 +83,18 @@ def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
         loops["bare"] = _bare(engine, actions)
         for loop in loops.values():
             loop(100, 0)  # (warm)
+        workers = workers_of(env)
         cpu = dict.fromkeys(loops, 0.0)
+        workers_cpu = dict.fromkeys(loops, 0.0)
         kernel = dict.fromkeys(loops, 0.0)
         wall = dict.fromkeys(loops, 0.0)
         for turn in range(rounds):
             names = list(loops) if turn % 2 else list(loops)[::-1]
             for name in names:
                 start_cpu, start_kernel = time.thread_time(), _kernel_time()
-                start = time.perf_counter()
+                start, start_workers = time.perf_counter(), cpu_of(workers)
                 loops[name](_TURN, turn * _TURN)
+                workers_cpu[name] += cpu_of(workers) - start_workers
                 cpu[name] += time.thread_time() - start_cpu
                 kernel[name] += _kernel_time() - start_kernel
                 wall[name] += time.perf_counter() - start
@@ -91,6 +103,7 @@ def measure(env_id: str, k: int, rounds: int) -> dict[str, Any]:
             name: {
                 "cpu_us": cpu[name] / steps * 1e6,
                 "kernel_us": kernel[name] / steps * 1e6,
+                "workers_us": workers_cpu[name] / (2 * k * steps) * 1e6,
                 "rate": 2 * k * steps / wall[name],
             }
             for name in loops
@@ -325,15 +338,15 @@ def table(env_id: str, k: int, result: dict[str, Any]) -> list[str]:
     bare = result["bare"]
     lines = [
         f"| {env_id}, 2 workers x {k}, lockstep | driver CPU per step (µs) | of it in the kernel "
-        "| env steps/s | bytecodes per step |",
-        "|---|---:|---:|---:|---:|",
+        "| workers' CPU per env step (µs) | env steps/s | bytecodes per step |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name in ("face", "engine", "bare"):
         row = result[name]
         ops = result["bytecodes"].get(name)
         lines.append(
             f"| {name} | {row['cpu_us']:.0f} ({row['cpu_us'] / bare['cpu_us']:.2f}x bare) "
-            f"| {row['kernel_us']:.0f} | {row['rate']:,.0f} "
+            f"| {row['kernel_us']:.0f} | {row['workers_us']:.1f} | {row['rate']:,.0f} "
             f"| {'' if ops is None else f'{ops:,.0f}'} |"
         )
     return lines

@@ -39,13 +39,15 @@ import numpy as np
 import psutil
 import ray
 
-from benchmarks.against_probe import PROBE, cpu_of, probe_run, workers_of
+from benchmarks.against_probe import PROBE, probe_run
 from benchmarks.envs import action_samples
 from benchmarks.report import (
+    cpu_of,
     cpu_times,
     idle_and_stolen,
     package_version,
     start_ray_settled,
+    workers_of,
     write_section,
 )
 from ray_multiprocess_env import make_vector_env

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 
 TITLE = "# Benchmarks\n"
@@ -25,6 +26,17 @@ def start_ray_settled() -> None:
     """
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     time.sleep(10)
+
+
+def workers_of(envs: Any) -> list[psutil.Process]:
+    """The worker processes of a vector env of ours (none for gymnasium's own)."""
+    engine = getattr(envs, "_engine", None)
+    return [] if engine is None else [psutil.Process(pid) for pid in engine.run_on_workers("pid")]
+
+
+def cpu_of(processes: list[psutil.Process]) -> float:
+    """Seconds of CPU (user and kernel) these processes have used."""
+    return sum(sum(p.cpu_times()[:2]) for p in processes)
 
 
 def write_section(path: Path, name: str, markdown: str) -> None:
