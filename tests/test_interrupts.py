@@ -40,9 +40,8 @@ STEP_CODE: list[Callable[..., Any]] = [
     RayVectorEnv.step,
     Engine.step,
     Engine._launch_step,
-    Engine._launch_slow,
+    Engine._read,
     Engine._wait_slow,
-    Lanes.launch,
     Lanes.plan,
     Lanes.ring,
     Lane.ring,
@@ -62,6 +61,7 @@ STEP_CODE: list[Callable[..., Any]] = [
 STEP_WAIT_CODE: list[Callable[..., Any]] = [
     GymFace.step_wait,
     Engine.step_wait,
+    Engine._read,
     Engine._wait_slow,
     Lanes.wait_batch,
     Lanes.read,
@@ -125,13 +125,14 @@ PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
 ]
 
 
-#: Where a step of some workers' envs (Tianshou's `step(action, id)`) goes on the lanes.
+#: Where a step of some envs (Tianshou's `step(action, id)`) is sent (rung on the lanes for
+#: whole workers' envs), read on the lanes and handed out.
 STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
-    Lanes.plan,
+    Engine._read,
+    Calls.launch,
     Lanes.ring,
     Lane.ring,
-    Lanes._some,
     Lanes.rung,
     ChannelTransport.ring,
     Lanes.wait_batch,
@@ -276,9 +277,14 @@ def test_ctrl_c_as_a_verb_settles_a_pending_steps_tickets_leaves_step_wait_its_r
         assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
+@pytest.mark.parametrize("ids", [[4, 5, 0, 1], [0, 3, 4, 5]], ids=["rung", "sent"])
 @pytest.mark.parametrize("transport", ["auto", "tcp"])
-def test_ctrl_c_at_any_line_of_a_step_of_some_workers_gives_the_step_up(transport):
-    """Ctrl-C anywhere in a step of whole workers' envs: the next reset and steps all work."""
+def test_ctrl_c_at_any_line_of_a_step_of_some_envs_gives_the_step_up(transport, ids):
+    """Ctrl-C anywhere in a step of some envs: the next reset and steps all work.
+
+    Whole workers' envs are rung on the lanes; others are sent as a pickled call, and read on
+    the lanes all the same.
+    """
     from ray_multiprocess_env import TianshouVectorEnv
 
     envs = TianshouVectorEnv([FlakyEnv] * 6, envs_per_worker=2, transport=transport)
@@ -289,10 +295,10 @@ def test_ctrl_c_at_any_line_of_a_step_of_some_workers_gives_the_step_up(transpor
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
                 with interrupt_at_line(function, line) as fired:
-                    envs.step(np.array([1, 1, 1, 1]), [4, 5, 0, 1])
+                    envs.step(np.array([1, 1, 1, 1]), ids)
             fired_in += bool(fired)
             assert envs.reset()[0][:, 0].tolist() == [0.0] * 6, (function, line)
-            obs = envs.step(np.array([1, 2, 2, 1]), [4, 5, 0, 1])[0]
+            obs = envs.step(np.array([1, 2, 2, 1]), ids)[0]
             assert obs[:, 0].tolist() == [1.0, 2.0, 2.0, 1.0], (function, line)
         assert fired_in > 10  # (the lines ran: the interrupts were real)
 

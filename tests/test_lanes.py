@@ -169,8 +169,8 @@ def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkey
     """
     plan, rung = Lanes.plan, []
 
-    def spy(self, actions, env_ids=None):
-        made = plan(self, actions, env_ids)  # (None: not the lanes', the step goes slow)
+    def spy(self, actions):
+        made = plan(self, actions)  # (None: not the lanes', the step goes slow)
         rung.append(made is not None)
         return made
 
@@ -252,10 +252,10 @@ def test_a_reset_that_times_out_leaves_every_call_usable(transport, then, roads,
     """Worker 1's envs late at a shut gate: the reset's `TimeoutError` names them.
 
     The late answer, when it comes, is nobody's: the next call, read on the lanes while that
-    answer waits in the pipe, gives its own. A step: `can_ring` (the first guard) keeps it off
-    the lanes while an answer is still to come; with that guard let through
-    (``step-sequence-only``) it is rung, and the second guard, the sequence number
-    `read_lane` checks, leaves the late answer to the failures branch, which drops it. A
+    answer waits in the pipe, gives its own. A step: `can_ring` keeps it from being rung while
+    an answer is still to come (it is sent as a pickled call); with that guard let through
+    (``step-sequence-only``) it is rung. Either way it is read on the lanes, where the sequence
+    number `read_lane` checks leaves the late answer to the failures branch, which drops it. A
     reset is read on the lanes whatever came before: the sequence number does the same. Either
     way the step after it is back on the lanes.
     """
@@ -280,8 +280,8 @@ def test_a_reset_that_times_out_leaves_every_call_usable(transport, then, roads,
             else:  # (seed 1's reset went on in the workers)
                 got = envs.step(np.ones(4, dtype=np.int64))[0][:, 0].tolist()
                 given = [FlakyEnv().reset(seed=1 + env)[0][0] + 1 for env in range(4)]
-        late = {"step": [], "step-sequence-only": [("step", False)], "reset": [("reset", False)]}
-        assert roads[seen:] == late[then]  # (the late answer met: the failures branch)
+        late = ("reset" if then == "reset" else "step", False)
+        assert roads[seen:] == [late]  # (the late answer met: the failures branch)
         assert got == given
         stepped = envs.step(np.ones(4, dtype=np.int64))[0]
         assert stepped[:, 0].tolist() == [x + 1 for x in given]

@@ -100,15 +100,12 @@ class State(enum.Enum):
 
 
 class Call:
-    """One operation launched on some workers: a ticket per worker.
+    """One operation launched on some workers: a ticket per worker."""
 
-    `lanes`: rung on the workers' lanes (`lanes.Lanes`), whose wait reads its answers.
-    """
+    __slots__ = ("label", "op", "tickets")
 
-    __slots__ = ("label", "lanes", "op", "tickets")
-
-    def __init__(self, op: str, label: str, tickets: list[Ticket], lanes: bool = False) -> None:
-        self.op, self.label, self.tickets, self.lanes = op, label, tickets, lanes
+    def __init__(self, op: str, label: str, tickets: list[Ticket]) -> None:
+        self.op, self.label, self.tickets = op, label, tickets
 
 
 class CallState:

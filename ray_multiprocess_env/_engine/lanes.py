@@ -3,10 +3,9 @@
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
 follow the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once
 all are hot, with pollers of the sets of their pipes that first-ready calls wait on.
-`Lanes.launch` writes the actions of every env, or of whole workers' envs
-(`Engine.step_envs`), into the rows and rings each worker's doorbell (`plan`, then `ring`:
-`Engine.step` and `step_envs` call the two themselves, to ring, wait and hand out in one
-block; first-ready `send` rings the lanes of `rung`), each doorbell with its ticket waiting
+A step of every env, or of whole workers' envs (`Engine.step_envs`, first-ready `send`), is
+rung on the lanes: `plan` (or `rung`) finds each lane's rows of the actions, and `ring` writes
+them into the rows and rings each worker's doorbell, each doorbell with its ticket waiting
 for the reply, as a pickled call's message has (`Calls.launch`). `Lanes.read` reads each
 answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
 whether old gym's API; or `INFOS`, with the info dicts per env after it), which settles the
@@ -20,10 +19,10 @@ only while ``poll`` blocks, where nothing is half read.
 Anything but an answer of everything in place (an env error, a death, infos off the columns),
 a timeout, a message the socket took only part of (TCP's, with its action rows), or a close
 leaves the call to the failures branch (`Calls`): its tickets are settled by their replies,
-read already or still to come, as if it had sent them; a step given up by a Ctrl-C owes what
-it carried (`owe_on_interrupt`). A worker that keeps an info dict per env (SB3's and
-Tianshou's layout) answers with a record too, with the pickle of those dicts after it
-(`INFOS`, `status.answer_infos`): its only pickle.
+read already or still to come, as if it had sent them. A step is read here however it was
+sent, rung or as a pickled call (`Engine._read`). A worker that keeps an info dict per env
+(SB3's and Tianshou's layout) answers with a record too, with the pickle of those dicts after
+it (`INFOS`, `status.answer_infos`): its only pickle.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
-from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.splits import whole_worker_runs
@@ -125,19 +123,8 @@ class LaneSet:
         return polled
 
 
-#: A step `Lanes.plan` made: the lanes to ring and each one's actions.
-StepPlan = tuple[list[Lane], list[Any]]
-
-
-def _worker_of(item: tuple[Lane, Any]) -> int:
-    """The worker of a ``(lane, rows)`` pair of `Lanes.rung`: what `Lanes._some` sorts by."""
-    worker: int = item[0].worker
-    return worker
-
-
-def _owe_lanes(lost_episodes: LostEpisodes, tickets: list[Ticket]) -> None:
-    """The envs of `tickets` owe what the step given up carried (`Lanes.owe_on_interrupt`)."""
-    lost_episodes.owe_again([env for ticket in tickets for env in ticket.envs])
+#: A step `Lanes.plan` (or `rung`) made: ``(lane, its rows of actions)`` of each lane to ring.
+StepPlan = list[tuple[Lane, Any]]
 
 
 class Lanes:
@@ -176,47 +163,34 @@ class Lanes:
         self._made = made
         return self._lanes
 
-    def launch(self, actions: Any, label: str, env_ids: Any = None) -> Call | None:
-        """A step of every env, or of the envs `env_ids`, rung on their lanes (None: not sent).
+    def plan(self, actions: Any) -> StepPlan | None:
+        """The lanes and actions of a step of every env to `ring` (None: not the lanes').
 
-        `env_ids` (row i of `actions` for env ``env_ids[i]``): not sent unless they are whole
-        workers' envs, each worker's in order. A Ctrl-C while it rings gives the step up:
-        its replies settle tickets nobody holds.
+        Every worker on its lane (`now`), `actions` an array of the lanes' layout, and each
+        lane able to ring its slice now.
         """
-        plan = self.plan(actions, env_ids)
-        if plan is None:
-            return None
-        with DEFERRED:
-            return self.ring(plan, label)
-
-    def plan(self, actions: Any, env_ids: Any = None) -> StepPlan | None:
-        """The lanes and actions of a step `launch` would ring (None: not the lanes')."""
-        if env_ids is not None:
-            return self._some(actions, env_ids)
         found = None if type(actions) is not np.ndarray else self.now()
         if found is None:
             return None
         layout = found.actions  # (every worker: the usual, kept lean)
         if layout is None or actions.dtype != layout[0] or actions.shape != layout[1]:
             return None
-        called, chunks = found.lanes, []
-        for lane in called:
+        plan = []
+        for lane in found.lanes:
             if not lane.transport.can_ring():  # (then its rows take its slice)
                 return None
-            chunks.append(actions[lane.start : lane.stop])
-        return called, chunks
+            plan.append((lane, actions[lane.start : lane.stop]))
+        return plan
 
     @staticmethod
     def ring(plan: StepPlan, label: str) -> Call:
-        """Ring the step `plan` (`plan` made it just now): every lane rung, or the step given up.
+        """Ring the step `plan` (`plan` or `rung` made it just now): every lane, or none.
 
         Call it with interrupts held back.
         """
-        called, chunks = plan
-        tickets = [lane.ring(chunk) for lane, chunk in zip(called, chunks, strict=True)]
-        return Call("step", label, tickets, True)
+        return Call("step", label, [lane.ring(chunk) for lane, chunk in plan])
 
-    def rung(self, actions: Any, env_ids: Any) -> list[Any] | None:
+    def rung(self, actions: Any, env_ids: Any) -> StepPlan | None:
         """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.
 
         Row i of `actions` is for env ``env_ids[i]``. None (not the lanes') unless `actions`
@@ -240,27 +214,6 @@ class Lanes:
             end = row + lane.stop - lane.start  # (the last run's end: the rows of `env_ids`)
             out.append((lane, actions[row:end]))
         return out if len(actions) == end else None
-
-    def _some(self, actions: Any, env_ids: Any) -> StepPlan | None:
-        """`launch`'s lanes and actions for the envs `env_ids` (None: not the lanes').
-
-        The lanes ascending by worker, each with its worker's rows of `actions` (`rung`).
-        """
-        rung = self.rung(actions, env_ids)
-        if rung is None:
-            return None
-        if len(rung) > 1:
-            rung.sort(key=_worker_of)
-        return [lane for lane, _ in rung], [chunk for _, chunk in rung]
-
-    def owe_on_interrupt(self, call: Call) -> None:
-        """If a Ctrl-C ends the caller's block, `call`'s envs owe what their step carried.
-
-        Its replies settle tickets nobody holds then (`LostEpisodes.owe_again`). Call it in
-        that block.
-        """
-        if call.lanes:  # (only steps are rung on the lanes)
-            DEFERRED.undo_on_interrupt(_owe_lanes, self._pool.lost_episodes, call.tickets)
 
     def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
         """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).
@@ -339,14 +292,13 @@ class Lanes:
     def wait_batch(
         self, call: Call, deadline: float | None, env_ids: np.ndarray | None = None
     ) -> Batch | None:
-        """`call`'s step's `batch` once every worker answered in place (None: the slow path's).
+        """`call`'s step's `batch` once every worker answered in place (None: not on the lanes).
 
-        In the caller's block that holds interrupts back (the outermost one), where the step
-        was rung or taken and its batch is handed out: a Ctrl-C gives the step up, its envs
-        owing what it carried (`owe_on_interrupt`, then `read` of every answer).
+        However the step was sent: while every worker is on its lane (`now`), its answers are
+        read here (`read`). In the caller's block that holds interrupts back (the outermost
+        one): `Engine._read`.
         """
-        self.owe_on_interrupt(call)
-        if call.lanes and self.read(call.tickets, None, deadline):
+        if self.now() is not None and self.read(call.tickets, None, deadline):
             return self.batch(call, env_ids)
         return None
 
@@ -363,9 +315,10 @@ class Lanes:
             if written >= 0:  # (every one a record's code)
                 return self._store.whole(written >> 1, bool(written & 1))
         parts, old_api = [], False
+        lanes = self._lanes.lanes
         for ticket in tickets:
             reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered: `read`)
-            parts.append((ticket.envs[0], reply.infos))
+            parts.append((lanes[ticket.worker].start, reply.infos))  # (its worker's first env)
             old_api |= reply.old_api
         if env_ids is None:
             return self._store.batch(parts, old_api)

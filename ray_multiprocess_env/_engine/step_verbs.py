@@ -18,6 +18,7 @@ from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.results import Batch
 from ray_multiprocess_env._engine.transports.base import deadline_in
@@ -45,20 +46,10 @@ class StepVerbs(FirstReadyVerbs):
         lost-episode reports in it count as delivered only once it has returned.
         """
         self._state.check_idle(label)
-        lanes = self._lanes
-        plan = None if lanes is None else lanes.plan(actions)
         deadline = deadline_in(self._pool.options.timeout)
-        if lanes is None or plan is None:
-            return self._wait_slow(self._launch_slow(actions), None, deadline, finish)
-        # Rung, waited for and handed out in one block. A Ctrl-C held back while it rings, or
-        # coming while it waits, comes through in `poll` (`Lanes.read`) and gives the step
-        # up; one after the last `poll` is raised at the block's end, once the face has its
-        # results made (its bookkeeping as the envs are). Nothing is taken out of the call
-        # state on this road, and no report was owed (else `plan` leaves the step to the
-        # slow path): a step given up owes only what its own replies carried.
-        with DEFERRED:
-            call = lanes.ring(plan, "step")
-            batch = lanes.wait_batch(call, deadline)
+        with DEFERRED:  # launched, read and handed out in one block (`_read`)
+            call = self._launch_step(actions)
+            batch = self._read(call, deadline)
             if batch is not None:
                 return hand_out(
                     self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
@@ -80,36 +71,45 @@ class StepVerbs(FirstReadyVerbs):
         if timeout is not None:  # (checked before the step is taken: a typo loses nothing)
             timeout = check_wait(timeout)
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
-        lanes = self._lanes
-        # Taken, waited for and handed out in one block, as `step` does on the lanes: a Ctrl-C
-        # gives the step up whole, its envs owing what it carried (`Lanes.wait_batch`; on the
-        # slow path, `Calls.abandon`).
-        with DEFERRED:
+        with DEFERRED:  # taken, read and handed out in one block, as `step` does (`_read`)
             call = self._state.take_pending()
-            if lanes is not None and call.lanes:
-                batch = lanes.wait_batch(call, deadline)
-                if batch is not None:
-                    return hand_out(
-                        self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
-                    )
-            else:
-                DEFERRED.undo_on_interrupt(self._calls.abandon, call)
+            batch = self._read(call, deadline)
+            if batch is not None:
+                return hand_out(
+                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                )
         return self._wait_slow(call, timeout, deadline, finish)
 
     def _launch_step(self, actions: Any) -> Call:
-        """Send a step of every env (nothing is sent if it raises)."""
-        lanes = self._lanes
-        call = None if lanes is None else lanes.launch(actions, "step")
-        return self._launch_slow(actions) if call is None else call
+        """Send a step of every env (nothing is sent if it raises; interrupts held back).
 
-    def _launch_slow(self, actions: Any) -> Call:
-        """`_launch_step` on the slow path (not the lanes')."""
+        Rung on the lanes (`Lanes.plan`) while they take it, else sent as a pickled call.
+        """
+        lanes = self._lanes
+        plan = None if lanes is None else lanes.plan(actions)
+        if plan is not None:
+            return Lanes.ring(plan, "step")
         if self._store is None:
             return self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
         bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
         chunks = split_batch(self.spec.action_space, actions, bounds)
         args = [(chunk, None) for chunk in chunks]
         return self._calls.launch("step", args, "step", shared_args=True)
+
+    def _read(self, call: Call, deadline: float | None, env_ids: Any = None) -> Batch | None:
+        """`call`'s step's batch if every worker answered in place (None: the failures branch's).
+
+        One road for every step, however it was sent: while every worker is on its lane, the
+        answers are read there (`Lanes.wait_batch`); anything else (an env error, a death, a
+        timeout, infos off the columns, a transport with no lanes) leaves the call to the
+        failures branch, which waits on the same tickets and judges them (`_wait_slow`,
+        `Calls.wait`). Call it in the caller's block that holds interrupts back (the outermost
+        one), where the step was sent or taken and its batch is handed out: a Ctrl-C gives the
+        step up, its envs owing what it carried (`Calls.abandon`).
+        """
+        DEFERRED.undo_on_interrupt(self._calls.abandon, call)
+        lanes = self._lanes
+        return None if lanes is None else lanes.wait_batch(call, deadline, env_ids)
 
     def _wait_slow(
         self,
@@ -118,9 +118,9 @@ class StepVerbs(FirstReadyVerbs):
         deadline: float | None,
         finish: Callable[[Batch], T],
     ) -> T:
-        """The batch of `call`, a step of every env, on the slow path; pending after a timeout.
+        """The batch of `call`, a step of every env, on the failures branch (`_read` left it).
 
-        (The lanes did not take the step, or gave it over.)
+        After a `TimeoutError` the step stays pending (`step_wait` waits again).
         """
         try:
             replies = self._calls.wait(call, timeout, resumable=True, deadline=deadline)
@@ -168,18 +168,20 @@ class StepVerbs(FirstReadyVerbs):
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
         lanes = self._lanes
-        plan = None if lanes is None else lanes.plan(actions, env_ids)
-        if lanes is not None and plan is not None:  # whole workers' envs, each worker rung
-            with DEFERRED:  # rung, waited for and handed out in one block, as `step` does
-                call = lanes.ring(plan, label)
-                batch = lanes.wait_batch(call, deadline, ids)
-                if batch is not None:
-                    return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
-            positions: list[Any] = [None] * len(self._pool.workers)
-        else:
-            args, envs = self._split(actions, env_ids)
-            call = self._calls.launch("step", args, label, envs, shared_args=True)
-            positions = [None if a is None else a[1] for a in args]
+        rung = None if lanes is None else lanes.rung(actions, env_ids)
+        with DEFERRED:  # sent, read and handed out in one block, as `step` does (`_read`)
+            if rung is not None:  # (whole workers' envs: each worker's doorbell rung)
+                if len(rung) > 1:
+                    rung.sort(key=_worker_of)  # (its errors name the envs in order)
+                call = Lanes.ring(rung, label)
+                positions: list[Any] = [None] * len(self._pool.workers)
+            else:
+                args, envs = self._split(actions, env_ids)
+                call = self._calls.launch("step", args, label, envs, shared_args=True)
+                positions = [None if a is None else a[1] for a in args]
+            batch = self._read(call, deadline, ids)
+            if batch is not None:
+                return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
         replies = self._calls.wait(call, deadline=deadline)
         make = lambda: finish(self._assemble(replies, positions, ids, ids))  # noqa: E731
         return hand_out(self._state, lost_episodes, (), ids, make)
@@ -211,3 +213,9 @@ class StepVerbs(FirstReadyVerbs):
             if reply is not None
         ]
         return self._collect(answered, envs, ids)
+
+
+def _worker_of(item: tuple[Any, Any]) -> int:
+    """The worker of a ``(lane, rows)`` pair of `Lanes.rung`: what `step_envs` sorts by."""
+    worker: int = item[0].worker
+    return worker
