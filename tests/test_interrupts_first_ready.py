@@ -41,7 +41,8 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState.put_in_flight,
     hand_out,
     Lanes.read,
-    first_ready._parts,
+    first_ready._env_ids,
+    Lanes.batch,
     FirstReadyVerbs.recv,
     FirstReadyVerbs._first,
 ]
@@ -113,7 +114,8 @@ HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyVerbs.recv]
 HELD_DOWN: list[Callable[..., Any]] = [
     hand_out,
     call_state._put_back,
-    first_ready._parts,
+    first_ready._env_ids,
+    Lanes.batch,
     CallState.take,
     CallState.put_in_flight,
     CallState._settle_state,

@@ -106,8 +106,8 @@ class Calls:
             RemoteEnvError: An env raised (`EnvCrashedError`: a worker died).
         """
         seconds = self.pool.options.timeout if timeout is None else timeout
-        seconds, deadline = self.pool.deadline_for(call.tickets, seconds, deadline)
-        try:
+        try:  # (from the first bytecode that can raise: a Ctrl-C here gives the call up too)
+            seconds, deadline = self.pool.deadline_for(call.tickets, seconds, deadline)
             wait_tickets(call.tickets, deadline, len(call.tickets))
             ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
             values = self.judge(call, seconds, resumable, timeout is None, ends)

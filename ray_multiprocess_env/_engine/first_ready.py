@@ -28,7 +28,7 @@ from ray_multiprocess_env._engine import driver_threads
 from ray_multiprocess_env._engine.call_state import Call, CallState, State, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
-from ray_multiprocess_env._engine.lanes import Lane, Lanes
+from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.results import Batch, EngineSpec
@@ -182,7 +182,7 @@ class FirstReadyVerbs:
         seconds = self._pool.options.timeout if timeout is None else timeout
         deadline = deadline_in(seconds)
         lanes = self._lanes
-        if lanes is not None and (found := lanes.now()) is not None:
+        if lanes is not None and lanes.now() is not None:
             tickets = self._state.in_flight  # (the state replaces its list, never changes it)
             # Read, then handed out, each in a block of its own. A Ctrl-C held back, or coming
             # while it waits, comes through in `poll` (`Lanes.read`) or at the read's end, with
@@ -193,14 +193,13 @@ class FirstReadyVerbs:
                 read = lanes.read(tickets, min_envs, deadline)
             if read:
                 in_place = [ticket for ticket in tickets if ticket.outcome is not None]
-                env_ids, parts, old_api = _parts(in_place, found.lanes)
-                store = cast(BatchStore, self._store)
+                env_ids = _env_ids(in_place)
                 return hand_out(
                     self._state,
                     self._pool.lost_episodes,
                     in_place,
                     env_ids,
-                    lambda: finish(store.rows_of(env_ids, parts, old_api)),
+                    lambda: finish(lanes.batch(in_place, env_ids)),
                 )
         # the failures branch (and the transports with no lanes): the same tickets waited on
         # and judged
@@ -280,45 +279,27 @@ class FirstReadyVerbs:
         return list(zip(done, values, strict=True))
 
 
-def _parts(
-    answered: list[Ticket], lanes: list[Lane]
-) -> tuple[np.ndarray, list[tuple[int, Any]], bool]:
-    """The envs, infos and API of the batch of these answers (`BatchStore.rows_of`'s).
-
-    `lanes`: every worker's lane, by worker.
-
-    ``(env ids ascending, (first env of its worker, infos) per answer, whether an env
-    spoke old gym's API)``. Each answer is in place (`Lanes.read` said so).
-    """
+def _env_ids(answered: list[Ticket]) -> np.ndarray:
+    """The envs of these answers, ascending (what `Lanes.batch` hands out the rows of)."""
     if len(answered) == 1:  # (one worker's envs: the usual)
-        ticket = answered[0]
-        reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
-        envs = ticket.envs
-        start = lanes[ticket.worker].start
+        envs = answered[0].envs
         if type(envs) is range:
-            env_ids = np.arange(envs.start, envs.stop, dtype=np.int64)
-        else:  # (some of a worker's envs, sent as a pickled call)
-            env_ids = np.array(sorted(envs), dtype=np.int64)
-        return env_ids, [(start, reply.infos)], reply.old_api
-    parts: list[tuple[int, Any]] = []
-    old_api, ids, whole = False, [], True
+            return np.arange(envs.start, envs.stop, dtype=np.int64)
+        return np.array(sorted(envs), dtype=np.int64)  # (some of a worker's: a pickled call)
+    runs, whole = [], True
     for ticket in answered:
-        reply = ticket.outcome.value  # type: ignore[union-attr]  # (answered)
-        parts.append((lanes[ticket.worker].start, reply.infos))
-        old_api |= reply.old_api
-        ids.append(ticket.envs)
-        whole = whole and type(ticket.envs) is range
-    if whole:  # (whole workers' envs: ranges that do not overlap)
-        ranges = cast("list[range]", ids)
+        envs = ticket.envs
+        runs.append(envs)
+        whole = whole and type(envs) is range
+    if whole:  # (whole workers' envs: ranges apart)
+        ranges = cast("list[range]", runs)
         ranges.sort(key=_first_env)
-        env_ids = np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in ranges])
-    else:
-        env_ids = np.array(sorted(env for envs in ids for env in envs), dtype=np.int64)
-    return env_ids, parts, old_api
+        return np.concatenate([np.arange(r.start, r.stop, dtype=np.int64) for r in ranges])
+    return np.array(sorted(env for envs in runs for env in envs), dtype=np.int64)
 
 
 def _first_env(envs: range) -> int:
-    """The first env of a worker's run (what `_parts` sorts by)."""
+    """The first env of a worker's run (what `_env_ids` sorts by)."""
     return envs.start
 
 

@@ -299,15 +299,15 @@ class Lanes:
         one): `Engine._read`.
         """
         if self.now() is not None and self.read(call.tickets, None, deadline):
-            return self.batch(call, env_ids)
+            return self.batch(call.tickets, env_ids)
         return None
 
-    def batch(self, call: Call, env_ids: np.ndarray | None = None) -> Batch:
-        """The batch of a step every worker answered (`read`): of every env, or of `env_ids`.
+    def batch(self, tickets: list[Ticket], env_ids: np.ndarray | None = None) -> Batch:
+        """The batch of the answers to `tickets`, each in place (`read`): every env's, or some.
 
-        Records of infos in columns (gymnasium's layout), or `INFOS` (an info dict per env).
+        `env_ids`: the envs to hand out (a step of some envs; first-ready's `recv`). The infos
+        are in columns (gymnasium's layout), or `INFOS` (an info dict per env).
         """
-        tickets = call.tickets
         if env_ids is None:
             written = 0
             for ticket in tickets:
