@@ -29,6 +29,7 @@ from ray_multiprocess_env._engine import (
     call_state,
     first_ready,
     interrupts,
+    lanes,
     store,
 )
 from ray_multiprocess_env._engine.transports import channel
@@ -39,9 +40,10 @@ STAGES = [
     (face.GymnasiumVectorEnv, "recv", "`recv`: all of it"),
     (type(interrupts.DEFERRED), "poll", "  waiting: `poll` (and the wake-up)"),
     (channel.ChannelTransport, "read_lane", "  reading the reply"),
-    (first_ready, "_parts", "  the answers' envs and infos"),
+    (first_ready, "_env_ids", "  the answers' envs"),
     (call_state.CallState, "take", "  the call state: out of flight"),
-    (store.BatchStore, "rows_of", "  the rows: copies of obs, rewards, flags, info columns"),
+    (lanes.Lanes, "batch", "  the batch: the answers' infos and rows"),
+    (store.BatchStore, "rows_of", "    the rows: copies of obs, rewards, flags, info columns"),
     (face.GymnasiumVectorEnv, "_received", "  the face's results"),
     (face.GymnasiumVectorEnv, "send", "`send`: all of it (the face's checks included)"),
     (first_ready.FirstReadyVerbs, "send", "  the engine's `send`"),

@@ -227,6 +227,30 @@ def test_resets_and_steps_of_some_workers_on_the_lanes_give_the_ray_calls_result
 
 
 @pytest.mark.parametrize("transport", LANE_TRANSPORTS)
+def test_a_step_of_some_of_each_workers_envs_is_read_on_the_lanes_as_ray_calls_give(
+    transport, roads
+):
+    """Envs 5, 0 and 3 (one of each worker's two): sent as a pickled call, read on the lanes.
+
+    Their results are those of Ray calls (no lanes), in the order asked. Envs 5 and 3 have
+    ``odd`` in their info, an info dict per env that the worker keys by the env's place among
+    its own envs: the lanes find the env from its worker's first env (3 is worker 1's second).
+    """
+    results = {}
+    for kind in (transport, "ray"):
+        envs = TianshouVectorEnv([OddInfoEnv] * 6, envs_per_worker=2, transport=kind)
+        with contextlib.closing(envs):
+            envs.reset()
+            seen = len(roads)
+            obs, rewards, _, _, infos = envs.step(np.array([1, 2, 1]), [5, 0, 3])
+            results[kind] = [obs, rewards, [dict(info) for info in infos]]
+            assert roads[seen:] == ([("step", True)] if kind == transport else [])
+    for ours, theirs in zip(results[transport], results["ray"], strict=True):
+        np.testing.assert_equal(ours, theirs)
+    assert results["ray"][-1] == [{"env_id": 5, "odd": 1}, {"env_id": 0}, {"env_id": 3, "odd": 1}]
+
+
+@pytest.mark.parametrize("transport", LANE_TRANSPORTS)
 def test_a_step_of_some_workers_that_times_out_on_the_lanes_leaves_every_call_usable(
     transport, tmp_path
 ):

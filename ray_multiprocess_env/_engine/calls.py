@@ -105,8 +105,8 @@ class Calls:
                 waitable (the answers already in are kept), else it is given up.
             RemoteEnvError: An env raised (`EnvCrashedError`: a worker died).
         """
-        seconds = self.pool.options.timeout if timeout is None else timeout
-        try:  # (from the first bytecode that can raise: a Ctrl-C here gives the call up too)
+        try:  # (from its first line: a Ctrl-C there gives the call up too)
+            seconds = self.pool.options.timeout if timeout is None else timeout
             seconds, deadline = self.pool.deadline_for(call.tickets, seconds, deadline)
             wait_tickets(call.tickets, deadline, len(call.tickets))
             ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)

@@ -4,9 +4,10 @@ A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream
 follow the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once
 all are hot, with pollers of the sets of their pipes that first-ready calls wait on.
 A step of every env, or of whole workers' envs (`Engine.step_envs`, first-ready `send`), is
-rung on the lanes: `plan` (or `rung`) finds each lane's rows of the actions, and `ring` writes
-them into the rows and rings each worker's doorbell, each doorbell with its ticket waiting
-for the reply, as a pickled call's message has (`Calls.launch`). `Lanes.read` reads each
+rung on the lanes: `plan` (or `rung`) finds each lane's rows of the actions, and each lane's
+`Lane.ring` writes them into its rows and rings its worker's doorbell (`Lanes.ring` rings a
+plan's lanes as one call), each doorbell with its ticket waiting for the reply, as a pickled
+call's message has (`Calls.launch`). `Lanes.read` reads each
 answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
 whether old gym's API; or `INFOS`, with the info dicts per env after it), which settles the
 ticket with a shared outcome of that code, and `batch` hands a step's results out of the

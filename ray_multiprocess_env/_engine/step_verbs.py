@@ -99,17 +99,23 @@ class StepVerbs(FirstReadyVerbs):
     def _read(self, call: Call, deadline: float | None, env_ids: Any = None) -> Batch | None:
         """`call`'s step's batch if every worker answered in place (None: the failures branch's).
 
-        One road for every step, however it was sent: while every worker is on its lane, the
-        answers are read there (`Lanes.wait_batch`); anything else (an env error, a death, a
-        timeout, infos off the columns, a transport with no lanes) leaves the call to the
+        One road for every step, however it was sent: while every worker is on its lane (not
+        while lost-episode reports are owed: `Lanes.now`), the answers are read there
+        (`Lanes.wait_batch`); anything else (an env error, a death, a timeout, infos off the
+        columns, an earlier answer still due, a transport with no lanes) leaves the call to the
         failures branch, which waits on the same tickets and judges them (`_wait_slow`,
         `Calls.wait`). Call it in the caller's block that holds interrupts back (the outermost
         one), where the step was sent or taken and its batch is handed out: a Ctrl-C gives the
-        step up, its envs owing what it carried (`Calls.abandon`).
+        step up, its envs owing what it carried (`Calls.abandon`), and so does anything raised
+        out of the read.
         """
         DEFERRED.undo_on_interrupt(self._calls.abandon, call)
         lanes = self._lanes
-        return None if lanes is None else lanes.wait_batch(call, deadline, env_ids)
+        try:
+            return None if lanes is None else lanes.wait_batch(call, deadline, env_ids)
+        except BaseException:  # (what a SIGINT handler of the user's own raises, say)
+            self._calls.abandon(call)
+            raise
 
     def _wait_slow(
         self,
