@@ -2,7 +2,7 @@
 
 Run by hand from the repository root (`benchmarks.against_probe` runs it too):
 
-    python -m benchmarks.worker_step [--env HalfCheetah-v5] [--k 8] [--idle-us 300]
+    python -m benchmarks.worker_step [--env HalfCheetah-v5] [--k 8] [--idle-us 300] [--in-ray]
 
 The worker is set up as the shared-memory transport sets it up (its rows in shared memory, the
 numeric infos in their columns) and answers the step's doorbell as its pipe loop does: the
@@ -17,17 +17,23 @@ while the driver hands the results out and sends the next actions. The sleep is 
 env steps after it cost a third to a half more CPU, in the raw loop as in ours: a core that
 went idle wakes slower (cold caches, maybe a lower clock). That, not the worker's code, is most
 of what a worker spends beyond its env steps in `benchmarks.profile_step`.
+
+With ``--in-ray`` both loops run, taking turns three times, in this process and in a Ray actor's
+process, where a worker steps its envs (Ray's threads and memory beside them): the medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Any
 
 import gymnasium as gym
+import ray
 from gymnasium.vector import AutoresetMode
 
+from benchmarks.report import start_ray_settled
 from ray_multiprocess_env._protocol import pipes
 from ray_multiprocess_env._protocol.infos import learnable
 from ray_multiprocess_env._protocol.shared_layout import ColumnBlock, SharedBatch
@@ -106,15 +112,42 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--idle-us", type=float, default=0.0, help="sleep after each call")
+    parser.add_argument("--in-ray", action="store_true", help="in a Ray actor's process")
     args = parser.parse_args()
     if args.idle_us < 0:
         parser.error(f"--idle-us must be 0 or more, got {args.idle_us}")
-    result = measure(args.env, args.k, args.rounds, args.idle_us / 1e6)
+    given = (args.env, args.k, args.rounds, args.idle_us / 1e6)
     idle = f", {args.idle_us:g} µs idle after each call" if args.idle_us else ""
-    print(
-        f"{args.env}, {args.k} envs{idle}: raw loop {result['raw_us']:.1f} µs, the worker "
-        f"{result['ours_us']:.1f} µs per env step (+{result['overhead'] * 100:.1f}%)"
-    )
+    if not args.in_ray:
+        _report(f"{args.env}, {args.k} envs{idle}", [measure(*given)])
+        return
+    start_ray_settled()
+    try:
+        actor = ray.remote(num_cpus=0)(_InActor).remote()
+        here: list[dict[str, float]] = []
+        there: list[dict[str, float]] = []
+        for _ in range(3):  # (taking turns: the machine's drift falls on both alike)
+            here.append(measure(*given))
+            there.append(ray.get(actor.measure.remote(*given)))
+    finally:
+        ray.shutdown()
+    _report(f"{args.env}, {args.k} envs{idle}, in this process", here)
+    _report(f"{args.env}, {args.k} envs{idle}, in a Ray actor's process", there)
+
+
+def _report(what: str, results: list[dict[str, float]]) -> None:
+    """One line: the medians of `results` (`measure`'s)."""
+    raw = statistics.median(r["raw_us"] for r in results)
+    ours = statistics.median(r["ours_us"] for r in results)
+    extra = (ours / raw - 1) * 100
+    print(f"{what}: raw loop {raw:.1f} µs, the worker {ours:.1f} µs per env step (+{extra:.1f}%)")
+
+
+class _InActor:
+    """`measure` in a Ray actor's process (``--in-ray``), where a worker steps its envs."""
+
+    def measure(self, *given: Any) -> dict[str, float]:
+        return measure(*given)
 
 
 if __name__ == "__main__":
