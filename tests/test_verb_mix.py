@@ -1,13 +1,14 @@
-"""No face can tell which road a call took: the hot path's results are the slow path's.
+"""No face can tell which transport ran its calls: each env's history is the same on every one.
 
 A seeded random mix of verbs (`step`, `step_async`/`step_wait`, `reset` with a mask and seeds,
-first-ready `send` of whole workers (the hot path) and of scattered envs (the slow path),
-`recv` of some and then the rest, `get_attr`) runs over each transport. Over ``"ray"`` every
-call takes the slow path; over ``"auto"``, ``"tcp"`` and ``"pipe"`` the hot path takes what it
-can (whole workers, infos that fit their columns) and the slow path the rest; over ``"tcp"`` and
-``"pipe"`` the rows travel after the messages, not in shared memory. Each env's action depends
-only on how many it was given, so each env's own history (what every call handed back for it)
-must be the same whatever the transport and in whatever order `recv` returned the envs.
+first-ready `send` of whole workers (rung on the lanes) and of scattered envs (sent as pickled
+calls), `recv` of some and then the rest, `get_attr`) runs over each transport and over Ray
+calls. Over ``"auto"``, ``"tcp"`` and ``"pipe"`` the answers are read on the lanes while all is
+well and by the failures branch otherwise (an env error, a death, infos off the columns); over
+``"tcp"`` and ``"pipe"`` the rows travel after the messages, not in shared memory; over
+``"ray"`` every call is a Ray call. Each env's action depends only on how many it was given, so
+each env's own history (what every call handed back for it) must be the same whatever the
+transport and in whatever order `recv` returned the envs.
 
 The same mix with faults: some steps make one env raise (it is rebuilt), kill one worker (it
 is restarted within the call), or wait at a gate while a real SIGINT lands inside the call
@@ -212,7 +213,7 @@ def _rows(value: Any, mask: np.ndarray) -> Any:
 
 @functools.cache
 def _over_ray_calls(seed: int, gates: Path | None) -> dict[int, tuple[Any, ...]]:
-    """The mix's histories over Ray calls (the slow road), made once per seed."""
+    """The mix's histories over Ray calls, made once per seed."""
     return _Mix("ray", seed, gates).run()
 
 
@@ -223,13 +224,13 @@ def gates(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("transport", ["auto", "tcp", "pipe"])
-def test_every_envs_history_is_the_same_on_every_road(transport, seed):
-    """Each env's results over a random verb mix equal those over Ray calls (the slow road)."""
+def test_every_envs_history_is_the_same_on_every_transport(transport, seed):
+    """Each env's results over a random verb mix equal those over Ray calls."""
     assert_same(_Mix(transport, seed, None).run(), _over_ray_calls(seed, None))
 
 
 @pytest.mark.parametrize("transport", ["auto", "tcp", "pipe"])
-def test_with_env_errors_deaths_and_ctrl_c_every_envs_history_is_the_same_on_every_road(
+def test_with_env_errors_deaths_and_ctrl_c_every_envs_history_is_the_same_on_every_transport(
     transport, gates
 ):
     """The mix with faults: each env's results equal those over Ray calls."""
