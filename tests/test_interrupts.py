@@ -330,10 +330,7 @@ def test_ctrl_c_at_any_line_of_close_leaves_no_worker_running():
             envs.close()
         if not pids:
             assert all(worker.dead for worker in workers), line
-        ends = time.monotonic() + 20  # (Ray ends a killed actor's process on its own)
-        while any(_alive(pid) for pid in pids):
-            assert time.monotonic() < ends, (line, [pid for pid in pids if _alive(pid)])
-            time.sleep(0.02)
+        _wait_gone(pids, line)  # (Ray ends a killed actor's process on its own)
     assert fired_in > 5  # (the lines ran: the interrupts were real)
 
 
@@ -420,10 +417,14 @@ def test_ctrl_c_while_an_env_hangs_in_the_start_comes_at_once_and_kills_the_work
         GymnasiumVectorEnv(fns, envs_per_worker=2, transport=transport)
     assert time.monotonic() - started < 20  # (it waited 30 s for the envs' `close`)
     (entered,) = os.listdir(str(gate))  # entered-<pid>-0: the worker inside the hang
-    pid = int(entered.split("-")[1])
+    _wait_gone([int(entered.split("-")[1])])
+
+
+def _wait_gone(pids: list[int], where: Any = None) -> None:
+    """Wait (20 s at most) until none of the processes `pids` runs; `where`: the test's."""
     ends = time.monotonic() + 20
-    while _alive(pid):
-        assert time.monotonic() < ends, f"worker {pid} still runs"
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < ends, (where, [pid for pid in pids if _alive(pid)])
         time.sleep(0.02)
 
 
