@@ -1,21 +1,20 @@
 """The workers' lanes: a step with no outcome object or pickle while all is well.
 
-A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows
-follow the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once
-all are hot, with pollers of the sets of their pipes that first-ready calls wait on.
-A step of every env, or of whole workers' envs (`Engine.step_envs`, first-ready `send`), is
-rung on the lanes: `plan` (or `rung`) finds each lane's rows of the actions, and each lane's
-`Lane.ring` writes them into its rows and rings its worker's doorbell (`Lanes.ring` rings a
-plan's lanes as one call), each doorbell with its ticket waiting for the reply, as a pickled
-call's message has (`Calls.launch`). `Lanes.read` reads each
-answer, a 16-byte header and a 16-byte record (`status.code_of`: the info columns written,
-whether old gym's API; or `INFOS`, with the info dicts per env after it), which settles the
-ticket with a shared outcome of that code, and `batch` hands a step's results out of the
-store. The same read serves first-ready's `recv` (`first_ready.py`) and a synchronous reset
+A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows follow
+the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once all are
+hot, with pollers of the sets of their pipes that first-ready calls wait on. A step of every env,
+or of whole workers' envs (`Engine.step_envs`, first-ready `send`), is rung on the lanes: `plan`
+(or `rung`) finds each lane's rows of the actions, and each lane's `Lane.ring` writes them into its
+rows and rings its worker's doorbell (`Lanes.ring` rings a plan's lanes as one call), each doorbell
+with its ticket waiting for the reply, as a pickled call's message has (`Calls.launch`).
+`Lanes.read` reads each answer, a 16-byte header and a 16-byte record (`status.code_of`: the info
+columns written, whether old gym's API; or `INFOS`, with the info dicts per env after it), which
+settles the ticket with a shared outcome of that code, and `batch` hands a step's results out of
+the store. The same read serves first-ready's `recv` (`first_ready.py`) and a synchronous reset
 (`Engine._run_reset`): a reset is sent as a pickled call (it is rare, its arguments differ every
-time), and its answers are records, as a step's. Lockstep is first-ready with the whole batch.
-A step holds interrupts back from its first doorbell to its last answer, and lets them through
-only while ``poll`` blocks, where nothing is half read.
+time), and its answers are records, as a step's. Lockstep is first-ready with the whole batch. A
+step holds interrupts back from its sending to its last answer, and lets them through only
+while ``poll`` blocks, where nothing is half read.
 
 Anything but an answer of everything in place (an env error, a death, infos off the columns),
 a timeout, a message the socket took only part of (TCP's, with its action rows), or a close
