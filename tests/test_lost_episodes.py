@@ -235,7 +235,7 @@ def test_a_report_is_owed_until_the_replacement_itself_answers():
 
 def test_hand_out_puts_results_back_on_ctrl_c_only():
     """Ctrl-C while results are handed out: back in flight; a face's own error: taken out."""
-    state, lost = CallState("Vec", 2), LostEpisodes(2)
+    state, lost = CallState("Vec"), LostEpisodes(2)
     ticket = Ticket(0, 0, "step", (None, None), (0, 1))
     ticket.outcome = Outcome(True, None)
     state.put_in_flight([ticket])

@@ -116,15 +116,14 @@ class CallState:
     call is a `Ticket` in `in_flight`, whichever road sent it.
     """
 
-    def __init__(self, name: str, num_envs: int, words: InFlightWords = SEND_RECV) -> None:
+    def __init__(self, name: str, words: InFlightWords = SEND_RECV) -> None:
         self.name, self.words = name, words
         self.state = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
         #: The first-ready tickets in flight (a step's or a reset's: `base.method_of`).
         #: Replaced, never changed in place: a list read from it stays as it was.
         self.in_flight: list[Ticket] = []
-        self.busy = np.zeros(num_envs, dtype=np.bool_)  # envs of the calls in flight
-        self.busy_count = 0
+        self.busy_count = 0  # the envs of the tickets in flight (each env in one at most)
 
     def has_call_to(self, worker: int) -> bool:
         """Whether a first-ready call to `worker` is in flight."""
@@ -190,7 +189,7 @@ class CallState:
         items = list(tickets)
         if not items or self.state is State.CLOSED:
             return
-        self.busy_count += _mark(self.busy, items, True)
+        self.busy_count += _count(items)
         self.in_flight = self.in_flight + items
         self._settle_state()
 
@@ -203,7 +202,7 @@ class CallState:
         left: list[Ticket] = []
         for ticket in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
             (done if ticket in tickets else left).append(ticket)
-        self.busy_count -= _mark(self.busy, done, False)
+        self.busy_count -= _count(done)
         self.in_flight = left
         self._settle_state()
         return done
@@ -217,24 +216,25 @@ class CallState:
         with deferred_interrupts():
             out = (self.pending, self.in_flight)
             self.pending, self.in_flight, self.state = None, [], State.CLOSED
-            self.busy[:], self.busy_count = False, 0
+            self.busy_count = 0
         return out
 
     def busy_envs(self) -> list[int]:
         """The envs with a first-ready call in flight, sorted."""
-        envs: list[int] = np.flatnonzero(self.busy).tolist()
-        return envs
+        return sorted(env for ticket in self.in_flight for env in ticket.envs)
 
     def check_not_busy(self, env_ids: Sequence[int], *, reset: bool) -> None:
         """A ValueError naming the first of `env_ids` with a first-ready call in flight.
 
         `reset`: the call checked resets them (else it steps them).
         """
-        if not self.busy_count or not self.busy[env_ids].any():
+        if not self.busy_count:
             return
-        env = next(env for env in env_ids if self.busy[env])
-        words = self.words
-        raise ValueError((words.busy_reset if reset else words.busy_send).format(env=env))
+        busy = {env for ticket in self.in_flight for env in ticket.envs}
+        env = next((env for env in env_ids if env in busy), None)
+        if env is not None:
+            words = self.words
+            raise ValueError((words.busy_reset if reset else words.busy_send).format(env=env))
 
     def recv_size(self, batch_size: Any) -> int:
         """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
@@ -251,19 +251,11 @@ class CallState:
         return int(wanted)
 
 
-def _mark(busy: np.ndarray, tickets: list[Ticket], value: bool) -> int:
-    """Mark the envs of these tickets busy or not; how many envs they have.
-
-    (A `range` of envs, a worker's whole run, is one slice.)
-    """
+def _count(tickets: list[Ticket]) -> int:
+    """How many envs these tickets have."""
     count = 0
     for ticket in tickets:
-        envs = ticket.envs
-        if type(envs) is range:
-            busy[envs.start : envs.stop] = value
-        else:
-            busy.put(envs, value)
-        count += len(envs)
+        count += len(ticket.envs)
     return count
 
 

@@ -83,7 +83,7 @@ class Engine(StepVerbs):
         words: InFlightWords = SEND_RECV,
     ) -> None:
         self._pool, self._calls = pool, Calls(pool)
-        self._state = CallState(name, pool.num_envs, words)
+        self._state = CallState(name, words)
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
         self._lanes: Lanes | None = None
