@@ -39,11 +39,10 @@ STEP_CODE: list[Callable[..., Any]] = [
     GymFace.step,
     RayVectorEnv.step,
     Engine.step,
-    Engine._launch_step,
+    Engine._send_step,
     Engine._read,
     Engine._wait_slow,
-    Lanes.plan,
-    Lanes.ring,
+    Lanes.rung,
     Lane.ring,
     Lanes.wait_batch,
     Lanes.read,
@@ -91,7 +90,8 @@ TAKE_OVER_CODE: list[Callable[..., Any]] = [
 #: judged, and where interrupts are held back.
 RESET_CODE: list[Callable[..., Any]] = [
     Engine.reset,
-    Engine._run_reset,
+    Engine._send_reset,
+    Engine._made,
     Calls.launch,
     ChannelTransport.submit,
     Lanes.read,
@@ -104,7 +104,7 @@ RESET_CODE: list[Callable[..., Any]] = [
 
 #: Where a reset in which an env raised is judged and given up.
 RESET_ERROR_CODE: list[Callable[..., Any]] = [
-    Engine._run_reset,
+    Engine._send_reset,
     Lanes.read,
     ChannelTransport.read_lane,
     Calls.wait,
@@ -131,7 +131,6 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
     Engine._read,
     Calls.launch,
-    Lanes.ring,
     Lane.ring,
     Lanes.rung,
     ChannelTransport.ring,
@@ -343,11 +342,11 @@ def test_ctrl_c_at_any_line_of_pfrls_masked_reset_leaves_its_observations_true()
     keeps every env returns) are the envs' own.
     """
     envs = RayVectorEnv.from_env_fns([FlakyEnv] * 4, envs_per_worker=2)
-    code = [RayVectorEnv.reset, RayVectorEnv._reset_done, Engine.reset, Engine._run_reset]
+    code = [RayVectorEnv.reset, RayVectorEnv._reset_done, Engine.reset, Engine._send_reset]
     with contextlib.closing(envs):
         envs.reset()
         fired_in = given_up = 0
-        for function, line in rounds_of([*code, Lanes.read, Calls.wait, hand_out]):
+        for function, line in rounds_of([*code, Lanes.read, Calls.wait, Engine._made, hand_out]):
             envs.step([1, 1, 1, 1])  # (away from 0: a reset of an env shows)
             fired = []
             with contextlib.suppress(KeyboardInterrupt):
@@ -375,7 +374,7 @@ def test_ctrl_c_at_any_line_of_a_reset_uses_each_kept_seed_once():
     """
     envs = RayVectorEnv.from_env_fns([FlakyEnv] * 2, envs_per_worker=2)
     seeded = [float(FlakyEnv().reset(seed=seed)[0][0]) for seed in (5, 6)]
-    code = [Engine.reset, Engine._run_reset, Calls.launch, ChannelTransport.submit, SeedBook.sent]
+    code = [Engine.reset, Engine._send_reset, Calls.launch, ChannelTransport.submit, SeedBook.sent]
     with contextlib.closing(envs):
         fired_in, seen = 0, set()
         for function, line in rounds_of(code):

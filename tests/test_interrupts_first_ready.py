@@ -51,7 +51,7 @@ RECV_CODE: list[Callable[..., Any]] = [
 #: Where `send` rings the workers and puts their envs in flight.
 SEND_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.send,
-    FirstReadyVerbs._send_on_lanes,
+    FirstReadyVerbs._send_step,
     Lanes.rung,
     Lane.ring,
     CallState.has_call_to,

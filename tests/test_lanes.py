@@ -25,7 +25,7 @@ import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, TianshouVectorEnv
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
-from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.transports.base import method_of
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
 from tests.envs import BigActionEnv, FlakyEnv, OddInfoEnv
@@ -63,15 +63,20 @@ def roads(monkeypatch):
 @pytest.fixture
 def lane_sends(monkeypatch):
     """``(op, whether the lanes sent it)`` of each first-ready `send`."""
-    seen = []
-    send = FirstReadyVerbs._send_on_lanes
+    seen, rung = [], []
+    send, ring = FirstReadyVerbs.send, Lane.ring
+
+    def ring_spy(self, actions):
+        rung.append(self.worker)
+        return ring(self, actions)
 
     def send_spy(self, *args):
-        went = send(self, *args)
-        seen.append(("step", went))
-        return went
+        rung.clear()
+        send(self, *args)
+        seen.append(("step", bool(rung)))
 
-    monkeypatch.setattr(FirstReadyVerbs, "_send_on_lanes", send_spy)
+    monkeypatch.setattr(Lane, "ring", ring_spy)
+    monkeypatch.setattr(FirstReadyVerbs, "send", send_spy)
     return seen
 
 
@@ -167,14 +172,14 @@ def test_after_a_restart_the_full_step_goes_on_the_lanes_again(transport, monkey
     replaced is closed and can no longer ring. Results alone cannot tell (the slow path gives
     the same), so each step's road is read where the lanes hand it back.
     """
-    plan, rung = Lanes.plan, []
+    plan, rung = Lanes.rung, []
 
-    def spy(self, actions):
-        made = plan(self, actions)  # (None: not the lanes', the step goes slow)
+    def spy(self, actions, env_ids):
+        made = plan(self, actions, env_ids)  # (None: not the lanes', the step goes slow)
         rung.append(made is not None)
         return made
 
-    monkeypatch.setattr(Lanes, "plan", spy)
+    monkeypatch.setattr(Lanes, "rung", spy)
     envs = GymnasiumVectorEnv(
         [FlakyEnv] * 4,
         envs_per_worker=2,

@@ -17,14 +17,14 @@ OWNER = [w for w, envs in enumerate(ENV_LISTS) for _ in envs]
 
 
 def _runs_by_definition(ids: list[int]) -> list[tuple[int, int]] | None:
-    """``(worker, first row)`` of each worker, if `ids` are whole workers' envs in order."""
+    """``(worker, first row)`` of each worker, by worker, if `ids` are whole workers' envs."""
     runs, row = [], 0
     for worker in dict.fromkeys(OWNER[env] for env in ids):  # (the workers, in order of ids)
         if ids[row : row + len(ENV_LISTS[worker])] != ENV_LISTS[worker]:
             return None
         runs.append((worker, row))
         row += len(ENV_LISTS[worker])
-    return runs if row == len(ids) else None
+    return sorted(runs) if row == len(ids) else None
 
 
 def _id_lists() -> list[list[int]]:

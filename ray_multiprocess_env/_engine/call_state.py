@@ -143,7 +143,7 @@ class CallState:
         (unless `in_flight_ok`) for first-ready calls in flight.
         """
         state = self.state
-        if state is State.IDLE:
+        if state is State.IDLE or (in_flight_ok and state is State.IN_FLIGHT):
             return
         self.check_open(name)
         if state is State.WAITING_STEP:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,6 @@ from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
 from ray_multiprocess_env._engine.results import Batch, EngineSpec, WorkerInfo
-from ray_multiprocess_env._engine.splits import env_kwargs, reset_positions, worker_args
 from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
@@ -210,47 +209,19 @@ class Engine(StepVerbs):
             self._store.check_ready(mask)
         reset = range(self.spec.num_envs) if envs is None else envs.tolist()
         seeds = self._pool.seeds.for_reset(seeds, reset)
-        if self._store is None:
-            kwargs = env_kwargs(seeds, options)
-            skip = [mask is not None and not mask[env] for env in range(len(seeds))]
-            args_per_env = [None if s else () for s in skip]
-            with deferred_interrupts():  # sent and the kept seeds used up, or neither
-                call = self._calls.launch_apply("reset", args_per_env, kwargs, label)
-                self._pool.seeds.sent(seeds, reset)
-            rows = self._calls.spread(self._calls.wait(call))
-            make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
-            return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
-        args: list[tuple[Any, ...] | None] = []
-        for part in worker_args(self._pool.workers, seeds, options, mask):
-            worker_mask = part[2]
-            if worker_mask is not None and in_flight_ok and not any(worker_mask):
-                args.append(None)  # (otherwise it answers once earlier calls are done)
-            else:
-                args.append(part)
-        replies = self._run_reset(args, label, seeds, reset)
-        self._store.ready[envs if envs is not None else slice(None)] = True
-        positions = [reset_positions(a) for a in args]
-        make = lambda: finish(self._assemble(replies, positions, envs))  # noqa: E731
-        return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
-
-    def _run_reset(
-        self, args: list[tuple[Any, ...] | None], label: str, seeds: PerEnv, envs: Iterable[int]
-    ) -> list[Any]:
-        """The workers' replies to a reset of `envs` with `seeds` (`Calls.launch`, `Calls.wait`).
-
-        The seeds `seed` kept for `envs` are used up as it is sent (`SeedBook.sent`). While
-        every worker is on its lane, the answers (records, as a step's) are read as a step's
-        are (`Lanes.read`) before `Calls.wait` judges them.
-        """
         deadline = deadline_in(self._pool.options.timeout)
         with deferred_interrupts():  # sent and the kept seeds used up, or neither
-            call = self._calls.launch("reset", args, label)
-            self._pool.seeds.sent(seeds, envs)
-        lanes = self._lanes
+            call = self._send_reset(seeds, options, mask, label, in_flight_ok)
+            self._pool.seeds.sent(seeds, reset)
+        lanes = self._lanes  # (a reset's answers are records, read as a step's are)
         if lanes is not None and lanes.now() is not None:
             with DEFERRED:  # (a Ctrl-C comes through in `poll`, where nothing is half read;
                 lanes.read(call.tickets, None, deadline)  # the reset is given up then)
-        return self._calls.wait(call, deadline=deadline)
+        replies = self._calls.wait(call, deadline=deadline)
+        if self._store is not None:
+            self._store.ready[envs if envs is not None else slice(None)] = True
+        make = self._made(call, replies, finish, envs, every_env=True)
+        return hand_out(self._state, self._pool.lost_episodes, (), envs, make)
 
     # -- calls on envs -----------------------------------------------------------------------------
     def call(

@@ -5,16 +5,17 @@ soon as at least ``batch_size`` envs are done. Every call in flight is a `Ticket
 state (`CallState.in_flight`), whichever way it was sent.
 
 While every worker is on its lane and no lost-episode report is owed (`Lanes.now`), `send`
-rings the doorbells of whole workers' envs, and `recv` reads the answers (an `async_reset`'s
-too: it sends each worker its reset as a pickled call, `Calls.launch`, and the answer is a
-record) with the read a lockstep step uses (`Lanes.read`) until enough envs are in,
-then hands their rows out of the store (`hand_out`: all or nothing under a Ctrl-C, which leaves
-them in flight, answered, for the next `recv`). Anything else is sent as a pickled call
-(`Calls.launch`), and a `recv` that the read leaves (an env error, a death, infos off the
-columns, the deadline, a worker replaced, a transport with no lanes) takes the failures branch
-after it (`_first`): it waits on the same tickets, settled already or still to come, and judges
-those that finished as `Calls.judge` does for a whole call: a dead worker is restarted there,
-an env error raised while the envs that answered fine wait for the next `recv`.
+rings the doorbells of whole workers' envs (`_send_step`, the one launch of every step verb),
+and `recv` reads the answers (an `async_reset`'s too: it sends each worker its reset as a
+pickled call, `Calls.launch`, and the answer is a record) with the read a lockstep step uses
+(`Lanes.read`) until enough envs are in, then hands their rows out of the store (`hand_out`:
+all or nothing under a Ctrl-C, which leaves them in flight, answered, for the next `recv`).
+Anything else is sent as a pickled call (`Calls.launch`), and a `recv` that the read leaves
+(an env error, a death, infos off the columns, the deadline, a worker replaced, a transport
+with no lanes) takes the failures branch after it (`_first`): it waits on the same tickets,
+settled already or still to come, and judges those that finished as `Calls.judge` does for a
+whole call: a dead worker is restarted there, an env error raised while the envs that
+answered fine wait for the next `recv`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, cast
 import numpy as np
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, State, T, as_is, hand_out
+from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
@@ -74,8 +75,8 @@ class FirstReadyVerbs:
         self._pool.share_infos(specs)  # (numeric info keys seen for the first time)
         return batch
 
-    def _split(self, actions: Any, env_ids: Sequence[int]) -> Split:
-        """`actions` of the envs `env_ids`, split per worker (`splits.split_per_worker`)."""
+    def _split(self, actions: Any, env_ids: Sequence[int] | None) -> Split:
+        """`actions` of the envs `env_ids` (None: all), split per worker (`split_per_worker`)."""
         owner = self._owner
         return split_per_worker(self._pool.workers, owner, self.spec.action_space, actions, env_ids)
 
@@ -94,68 +95,79 @@ class FirstReadyVerbs:
             driver_threads.fit_torch()  # (as `Engine.reset`)
         every = range(self.spec.num_envs)
         seeds = self._pool.seeds.for_reset(seeds, every)
-        if self._store is None:
-            kwargs = env_kwargs(seeds, options)
-            with deferred_interrupts():  # sent, in flight and the seeds used up, or none
-                call = self._calls.launch_apply("reset", [()] * len(seeds), kwargs, "async_reset")
-                self._state.put_in_flight(call.tickets)
-                self._pool.seeds.sent(seeds, every)
-                noted()
-            return
-        args = worker_args(self._pool.workers, seeds, options)
         with deferred_interrupts():  # sent, in flight and the seeds used up, or none
-            sent = self._calls.launch("reset", args, "async_reset")
-            self._store.ready[:] = True
-            self._state.put_in_flight(sent.tickets)
+            call = self._send_reset(seeds, options, None, "async_reset")
+            if self._store is not None:
+                self._store.ready[:] = True
+            self._state.put_in_flight(call.tickets)
             self._pool.seeds.sent(seeds, every)
             noted()
+
+    def _send_reset(
+        self, seeds: Sequence[Any], options: Any, mask: Any, label: str, in_flight_ok: bool = False
+    ) -> Call:
+        """Send a reset of every env, or of those where `mask` (a bool array) is True.
+
+        One seed per env, options for every env or one per env (`worker_args`). The one launch
+        of every reset verb: a pickled call (`Calls.launch`; a reset is rare, its arguments
+        differ every time), whose answers are records where the lanes read them, as a step's.
+        Envs with no batch layout are reset one by one (`env_kwargs`). Nothing is sent if it
+        raises; call it with interrupts held back. `in_flight_ok`: a worker none of whose envs
+        `mask` resets gets nothing (else it would answer once its calls in flight are done).
+        """
+        if self._store is None:
+            every = range(len(seeds))
+            kwargs = env_kwargs(seeds, options)
+            args_per_env = [None if mask is not None and not mask[env] else () for env in every]
+            return self._calls.launch_apply("reset", args_per_env, kwargs, label)
+        args: list[tuple[Any, ...] | None] = []
+        for part in worker_args(self._pool.workers, seeds, options, mask):
+            worker_mask = part[2]
+            skipped = worker_mask is not None and in_flight_ok and not any(worker_mask)
+            args.append(None if skipped else part)
+        return self._calls.launch("reset", args, label)
 
     def send(self, actions: Any, env_ids: Sequence[int]) -> None:
         """Step the envs `env_ids` (row i of `actions` for env ``env_ids[i]``); don't wait.
 
         Its errors speak the face's words (`InFlightWords`: `send`, `busy_send`).
         """
-        lanes = self._lanes
-        if lanes is not None and self._send_on_lanes(lanes, actions, env_ids):
-            return
-        label = self._state.words.send
-        self._state.check_idle(label, in_flight_ok=True)
-        self._state.check_not_busy(env_ids, reset=False)
-        if self._store is None:
-            per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
-            for env, action in zip(env_ids, actions, strict=True):
-                per_env[env] = (action,)
-        else:
-            args, envs = self._split(actions, env_ids)
-        with deferred_interrupts():  # sent and in flight, or neither
-            if self._store is None:
-                call = self._calls.launch_apply("step", per_env, None, label)
-            else:
-                call = self._calls.launch("step", args, label, envs, shared_args=True)
-            self._state.put_in_flight(call.tickets)
-
-    def _send_on_lanes(self, lanes: Lanes, actions: Any, env_ids: Sequence[int]) -> bool:
-        """`send` of whole workers' envs, each worker's doorbell rung; False: not sent.
-
-        Sent only if the call state is idle or has first-ready calls in flight, the `lanes`
-        can ring `actions` (`Lanes.rung`: an array, every worker on its lane and no
-        lost-episode report owed, whole workers' envs, each worker's in order, rows of the
-        lanes' layout), and none of those workers has a call in flight (then none of the envs
-        is busy, and the call state's checks pass). Otherwise `send` launches it as a pickled
-        call, or says why it cannot.
-        """
         state = self._state
-        if state.state is not State.IDLE and state.state is not State.IN_FLIGHT:
-            return False
-        rung = lanes.rung(actions, env_ids)
-        if rung is None:
-            return False
-        for lane, _ in rung:
-            if state.has_call_to(lane.worker):
-                return False
-        with DEFERRED:  # rung and in flight, or neither
-            state.put_in_flight([lane.ring(chunk) for lane, chunk in rung])
-        return True
+        label = state.words.send
+        state.check_idle(label, in_flight_ok=True)
+        with DEFERRED:  # sent and in flight, or neither
+            state.put_in_flight(self._send_step(actions, env_ids, label, first_ready=True).tickets)
+
+    def _send_step(
+        self, actions: Any, env_ids: Sequence[int] | None, label: str, first_ready: bool = False
+    ) -> Call:
+        """Send a step of the envs `env_ids` (row i of `actions` for env ``env_ids[i]``).
+
+        `env_ids` None: every env, row i for env i. The one launch of every step verb: rung on
+        the lanes while they take it (`Lanes.rung`: whole workers' envs), else sent as a
+        pickled call (`Calls.launch`). Nothing is sent if it raises. Call it with interrupts
+        held back. `first_ready`: a `send`, refused (a ValueError) for an env with a call in
+        flight.
+        """
+        lanes, state = self._lanes, self._state
+        rung = None if lanes is None else lanes.rung(actions, env_ids)
+        if rung is not None and first_ready and state.in_flight:
+            for lane, _ in rung:
+                if state.has_call_to(lane.worker):  # (then some env is busy: said below)
+                    rung = None
+                    break
+        if rung is not None:  # (every lane rung, or none: interrupts are held back)
+            return Call("step", label, [lane.ring(chunk) for lane, chunk in rung])
+        if first_ready and env_ids is not None:
+            state.check_not_busy(env_ids, reset=False)
+        if self._store is not None:
+            args, envs = self._split(actions, env_ids)
+            return self._calls.launch("step", args, label, envs, shared_args=True)
+        per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
+        ids = range(len(per_env)) if env_ids is None else env_ids
+        for env, action in zip(ids, actions, strict=True):
+            per_env[env] = (action,)
+        return self._calls.launch_apply("step", per_env, None, label)
 
     def recv(
         self,

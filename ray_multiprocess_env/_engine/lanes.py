@@ -2,16 +2,16 @@
 
 A lane (`Lane`) is one worker on a hot transport (shared memory, or a TCP stream whose rows follow
 the messages), with its pipe's own poller; a `LaneSet` is every worker's lane, made once all are
-hot, with pollers of the sets of their pipes that first-ready calls wait on. A step of every env,
-or of whole workers' envs (`Engine.step_envs`, first-ready `send`), is rung on the lanes: `plan`
-(or `rung`) finds each lane's rows of the actions, and each lane's `Lane.ring` writes them into its
-rows and rings its worker's doorbell (`Lanes.ring` rings a plan's lanes as one call), each doorbell
-with its ticket waiting for the reply, as a pickled call's message has (`Calls.launch`).
+hot, with pollers of the sets of their pipes that first-ready calls wait on. Every step verb
+sends its step one way (`Engine._send_step`): a step of every env, or of whole workers' envs, is
+rung on the lanes, `rung` finding each lane's rows of the actions, and each lane's `Lane.ring`
+writing them into its rows and ringing its worker's doorbell, with its ticket waiting for the
+reply, as a pickled call's message has (`Calls.launch`, where the lanes cannot take it).
 `Lanes.read` reads each answer, a 16-byte header and a 16-byte record (`status.code_of`: the info
 columns written, whether old gym's API; or `INFOS`, with the info dicts per env after it), which
 settles the ticket with a shared outcome of that code, and `batch` hands a step's results out of
 the store. The same read serves first-ready's `recv` (`first_ready.py`) and a synchronous reset
-(`Engine._run_reset`): a reset is sent as a pickled call (it is rare, its arguments differ every
+(`Engine.reset`): a reset is sent as a pickled call (it is rare, its arguments differ every
 time), and its answers are records, as a step's. Lockstep is first-ready with the whole batch. A
 step holds interrupts back from its sending to its last answer, and lets them through only
 while ``poll`` blocks, where nothing is half read.
@@ -123,7 +123,7 @@ class LaneSet:
         return polled
 
 
-#: A step `Lanes.plan` (or `rung`) made: ``(lane, its rows of actions)`` of each lane to ring.
+#: A step `Lanes.rung` made: ``(lane, its rows of actions)`` of each lane to ring.
 StepPlan = list[tuple[Lane, Any]]
 
 
@@ -163,57 +163,43 @@ class Lanes:
         self._made = made
         return self._lanes
 
-    def plan(self, actions: Any) -> StepPlan | None:
-        """The lanes and actions of a step of every env to `ring` (None: not the lanes').
-
-        Every worker on its lane (`now`), `actions` an array of the lanes' layout, and each
-        lane able to ring its slice now.
-        """
-        found = None if type(actions) is not np.ndarray else self.now()
-        if found is None:
-            return None
-        layout = found.actions  # (every worker: the usual, kept lean)
-        if layout is None or actions.dtype != layout[0] or actions.shape != layout[1]:
-            return None
-        plan = []
-        for lane in found.lanes:
-            if not lane.transport.can_ring():  # (then its rows take its slice)
-                return None
-            plan.append((lane, actions[lane.start : lane.stop]))
-        return plan
-
-    @staticmethod
-    def ring(plan: StepPlan, label: str) -> Call:
-        """Ring the step `plan` (`plan` or `rung` made it just now): every lane, or none.
-
-        Call it with interrupts held back.
-        """
-        return Call("step", label, [lane.ring(chunk) for lane, chunk in plan])
-
     def rung(self, actions: Any, env_ids: Any) -> StepPlan | None:
-        """``(lane, its rows of actions)`` for each worker of `env_ids`, in their order.
+        """``(lane, its rows of actions)`` for each worker of `env_ids`, by worker.
 
-        Row i of `actions` is for env ``env_ids[i]``. None (not the lanes') unless `actions`
-        is an array, every worker is on its lane (`now`), `env_ids` are whole workers' envs,
-        each worker's in order, and each lane can ring its rows now.
+        Row i of `actions` is for env ``env_ids[i]`` (`env_ids` None: every env, row i for
+        env i). None (not the lanes') unless `actions` is an array of the lanes' layout, every
+        worker is on its lane (`now`), `env_ids` are whole workers' envs, each worker's in
+        order, and each lane can ring its rows now.
         """
         found = None if type(actions) is not np.ndarray else self.now()
         if found is None:
             return None
         layout = found.actions  # (each lane's rows take its slice: checked once)
-        if layout is None or actions.dtype != layout[0] or actions.shape[1:] != layout[1][1:]:
+        if layout is None or actions.dtype != layout[0]:
+            return None
+        out = []
+        if env_ids is None:  # (every env: lockstep's, kept lean)
+            if actions.shape != layout[1]:
+                return None
+            for lane in found.lanes:
+                if not lane.transport.can_ring():
+                    return None
+                out.append((lane, actions[lane.start : lane.stop]))
+            return out
+        if actions.shape[1:] != layout[1][1:]:
             return None
         runs = whole_worker_runs(self._lists, self._owner, env_ids)
         if runs is None:
             return None
-        out, end = [], 0
+        rows = 0
         for worker, row in runs:
             lane = found.lanes[worker]
             if not lane.transport.can_ring():
                 return None
-            end = row + lane.stop - lane.start  # (the last run's end: the rows of `env_ids`)
-            out.append((lane, actions[row:end]))
-        return out if len(actions) == end else None
+            count = lane.stop - lane.start
+            rows += count
+            out.append((lane, actions[row : row + count]))
+        return out if len(actions) == rows else None
 
     def read(self, tickets: list[Ticket], wanted: int | None, deadline: float | None) -> bool:
         """Read answers to `tickets` until they cover `wanted` envs (None: every ticket's).

@@ -39,7 +39,13 @@ Split = tuple[list[tuple[Any, ...] | None], list[Sequence[int] | None]]
 def split_per_worker(
     workers: Sequence[Worker], owner: Sequence[int], action_space: Any, actions: Any, env_ids: Any
 ) -> Split:
-    """Row i of `actions` for env ``env_ids[i]``, split per worker (`owner`: each env's)."""
+    """Row i of `actions` for env ``env_ids[i]``, split per worker (`owner`: each env's).
+
+    `env_ids` None: every env (row i for env i), a slice per worker.
+    """
+    if env_ids is None:
+        chunks = split_batch(action_space, actions, [(w.envs.start, w.envs.stop) for w in workers])
+        return [(chunk, None) for chunk in chunks], [None] * len(workers)
     split = _split_whole_workers(workers, owner, action_space, actions, env_ids)
     if split is not None:
         return split
@@ -58,7 +64,9 @@ def split_per_worker(
 def whole_worker_runs(
     env_lists: Sequence[list[int]], owner: Sequence[int], env_ids: Any
 ) -> list[tuple[int, int]] | None:
-    """``(worker, first row)`` for each worker, if `env_ids` are whole workers' envs in order.
+    """``(worker, first row)`` for each worker, by worker, if `env_ids` are whole workers' envs.
+
+    Each worker's envs in order, the workers in any order.
 
     `env_lists`: each worker's envs (consecutive, worker after worker); `owner`: each env's
     worker. None if `env_ids` are not such envs (what `recv` hands back is).
@@ -87,6 +95,7 @@ def whole_worker_runs(
         seen |= 1 << worker
         runs.append((worker, row))
         row += len(envs)
+    runs.sort()  # (by worker: a call's errors name its envs in order)
     return runs
 
 

@@ -18,11 +18,10 @@ from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
 from ray_multiprocess_env._engine.calls import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
-from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
 from ray_multiprocess_env._engine.results import Batch
+from ray_multiprocess_env._engine.splits import ticket_positions
 from ray_multiprocess_env._engine.transports.base import deadline_in
-from ray_multiprocess_env.batch import split_batch
 from ray_multiprocess_env.errors import RemoteEnvError
 
 __all__ = ["StepVerbs"]
@@ -47,8 +46,8 @@ class StepVerbs(FirstReadyVerbs):
         """
         self._state.check_idle(label)
         deadline = deadline_in(self._pool.options.timeout)
-        with DEFERRED:  # launched, read and handed out in one block (`_read`)
-            call = self._launch_step(actions)
+        with DEFERRED:  # sent, read and handed out in one block (`_read`)
+            call = self._send_step(actions, None, "step")
             batch = self._read(call, deadline)
             if batch is not None:
                 return hand_out(
@@ -60,7 +59,7 @@ class StepVerbs(FirstReadyVerbs):
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
         self._state.check_idle(label)
         with deferred_interrupts():  # sent and pending, or neither
-            self._state.begin_step(self._launch_step(actions))
+            self._state.begin_step(self._send_step(actions, None, "step"))
 
     def step_wait(
         self,
@@ -79,22 +78,6 @@ class StepVerbs(FirstReadyVerbs):
                     self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
                 )
         return self._wait_slow(call, timeout, deadline, finish)
-
-    def _launch_step(self, actions: Any) -> Call:
-        """Send a step of every env (nothing is sent if it raises; interrupts held back).
-
-        Rung on the lanes (`Lanes.plan`) while they take it, else sent as a pickled call.
-        """
-        lanes = self._lanes
-        plan = None if lanes is None else lanes.plan(actions)
-        if plan is not None:
-            return Lanes.ring(plan, "step")
-        if self._store is None:
-            return self._calls.launch_apply("step", [(a,) for a in actions], None, "step")
-        bounds = [(w.envs.start, w.envs.stop) for w in self._pool.workers]
-        chunks = split_batch(self.spec.action_space, actions, bounds)
-        args = [(chunk, None) for chunk in chunks]
-        return self._calls.launch("step", args, "step", shared_args=True)
 
     def _read(self, call: Call, deadline: float | None, env_ids: Any = None) -> Batch | None:
         """`call`'s step's batch if every worker answered in place (None: the failures branch's).
@@ -136,12 +119,32 @@ class StepVerbs(FirstReadyVerbs):
         except RemoteEnvError as error:
             self._attach_results(error, call)
             raise
+        return hand_out(
+            self._state, self._pool.lost_episodes, (), None, self._made(call, replies, finish)
+        )
+
+    def _made(
+        self,
+        call: Call,
+        replies: list[Any],
+        finish: Callable[[Batch], T],
+        envs: Any = None,
+        every_env: bool = False,
+    ) -> Callable[[], T]:
+        """What makes the face's result of a step or reset `call` from its workers' `replies`.
+
+        `envs`: the envs it ran, if not all (`step_envs`, a masked reset); the batch has
+        only their rows, unless `every_env` (a reset's batch has every env's rows). For the
+        hand-out (`hand_out`) of a call `Calls.wait` judged.
+        """
         if self._store is None:
             rows = self._calls.spread(replies)
-            make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
-        else:
-            make = lambda: finish(self._assemble(replies, [None] * len(replies)))  # noqa: E731
-        return hand_out(self._state, self._pool.lost_episodes, (), None, make)
+            return lambda: finish(Batch(None, None, None, None, None, rows=rows))
+        positions: list[Any] = [None] * len(replies)  # (where each worker's envs ran in it)
+        for ticket in call.tickets:
+            positions[ticket.worker] = ticket_positions(ticket)
+        ids = None if every_env else envs
+        return lambda: finish(self._assemble(replies, positions, envs, ids))
 
     def step_envs(
         self,
@@ -164,33 +167,15 @@ class StepVerbs(FirstReadyVerbs):
         """
         self._state.check_idle(label)
         lost_episodes = self._pool.lost_episodes
-        if self._store is None:
-            per_env: list[tuple[Any, ...] | None] = [None] * self.spec.num_envs
-            for env, action in zip(env_ids, actions, strict=True):
-                per_env[env] = (action,)
-            rows = self._calls.apply("step", per_env, None, label)
-            make = lambda: finish(Batch(None, None, None, None, None, rows=rows))  # noqa: E731
-            return hand_out(self._state, lost_episodes, (), env_ids, make)
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
-        lanes = self._lanes
-        rung = None if lanes is None else lanes.rung(actions, env_ids)
         with DEFERRED:  # sent, read and handed out in one block, as `step` does (`_read`)
-            if rung is not None:  # (whole workers' envs: each worker's doorbell rung)
-                if len(rung) > 1:
-                    rung.sort(key=_worker_of)  # (its errors name the envs in order)
-                call = Lanes.ring(rung, label)
-                positions: list[Any] = [None] * len(self._pool.workers)
-            else:
-                args, envs = self._split(actions, env_ids)
-                call = self._calls.launch("step", args, label, envs, shared_args=True)
-                positions = [None if a is None else a[1] for a in args]
+            call = self._send_step(actions, env_ids, label)
             batch = self._read(call, deadline, ids)
             if batch is not None:
                 return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
         replies = self._calls.wait(call, deadline=deadline)
-        make = lambda: finish(self._assemble(replies, positions, ids, ids))  # noqa: E731
-        return hand_out(self._state, lost_episodes, (), ids, make)
+        return hand_out(self._state, lost_episodes, (), ids, self._made(call, replies, finish, ids))
 
     def _attach_results(self, error: RemoteEnvError, call: Call) -> None:
         """Give a failed step's `error` what the step would have returned, if all answered."""
@@ -219,9 +204,3 @@ class StepVerbs(FirstReadyVerbs):
             if reply is not None
         ]
         return self._collect(answered, envs, ids)
-
-
-def _worker_of(item: tuple[Any, Any]) -> int:
-    """The worker of a ``(lane, rows)`` pair of `Lanes.rung`: what `step_envs` sorts by."""
-    worker: int = item[0].worker
-    return worker
