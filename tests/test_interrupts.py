@@ -42,6 +42,7 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine._send_step,
     Engine._read,
     Engine._wait_slow,
+    Engine._made,
     Lanes.rung,
     Lane.ring,
     Lanes.wait_batch,
@@ -62,6 +63,7 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
     Engine.step_wait,
     Engine._read,
     Engine._wait_slow,
+    Engine._made,
     Lanes.wait_batch,
     Lanes.read,
     Lanes.batch,
@@ -104,6 +106,7 @@ RESET_CODE: list[Callable[..., Any]] = [
 
 #: Where a reset in which an env raised is judged and given up.
 RESET_ERROR_CODE: list[Callable[..., Any]] = [
+    Engine.reset,
     Engine._send_reset,
     Lanes.read,
     ChannelTransport.read_lane,
@@ -129,7 +132,9 @@ PENDING_TICKETS_CODE: list[Callable[..., Any]] = [
 #: whole workers' envs), read on the lanes and handed out.
 STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Engine.step_envs,
+    Engine._send_step,
     Engine._read,
+    Engine._made,
     Calls.launch,
     Lane.ring,
     Lanes.rung,

@@ -63,6 +63,7 @@ SEND_CODE: list[Callable[..., Any]] = [
 #: Where `async_reset` sends each worker's reset and puts its envs in flight.
 ASYNC_RESET_CODE: list[Callable[..., Any]] = [
     FirstReadyVerbs.async_reset,
+    FirstReadyVerbs._send_reset,
     Calls.launch,
     ChannelTransport.submit,
     CallState.put_in_flight,

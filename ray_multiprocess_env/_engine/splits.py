@@ -102,7 +102,7 @@ def whole_worker_runs(
 def _split_whole_workers(
     workers: Sequence[Worker], owner: Sequence[int], action_space: Any, actions: Any, env_ids: Any
 ) -> Split | None:
-    """`split_per_worker` for whole workers' envs in order: a slice of `actions` each.
+    """`split_per_worker` for whole workers' envs (each worker's in order): a slice each.
 
     None if `env_ids` are not such envs.
     """

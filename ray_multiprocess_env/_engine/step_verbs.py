@@ -135,16 +135,15 @@ class StepVerbs(FirstReadyVerbs):
 
         `envs`: the envs it ran, if not all (`step_envs`, a masked reset); the batch has
         only their rows, unless `every_env` (a reset's batch has every env's rows). For the
-        hand-out (`hand_out`) of a call `Calls.wait` judged.
+        hand-out (`hand_out`) of a call `Calls.wait` judged: the result is made in its block
+        (a Ctrl-C before it has returned owes the reports it carried again).
         """
         if self._store is None:
-            rows = self._calls.spread(replies)
-            return lambda: finish(Batch(None, None, None, None, None, rows=rows))
-        positions: list[Any] = [None] * len(replies)  # (where each worker's envs ran in it)
-        for ticket in call.tickets:
-            positions[ticket.worker] = ticket_positions(ticket)
+            return lambda: finish(
+                Batch(None, None, None, None, None, rows=self._calls.spread(replies))
+            )
         ids = None if every_env else envs
-        return lambda: finish(self._assemble(replies, positions, envs, ids))
+        return lambda: finish(self._assemble(replies, _positions(call, replies), envs, ids))
 
     def step_envs(
         self,
@@ -204,3 +203,11 @@ class StepVerbs(FirstReadyVerbs):
             if reply is not None
         ]
         return self._collect(answered, envs, ids)
+
+
+def _positions(call: Call, replies: list[Any]) -> list[Any]:
+    """Where each worker's envs ran in `call` (`ticket_positions`; None: all, or not called)."""
+    positions: list[Any] = [None] * len(replies)
+    for ticket in call.tickets:
+        positions[ticket.worker] = ticket_positions(ticket)
+    return positions
