@@ -19,6 +19,7 @@ import pytest
 from ray_multiprocess_env import GymnasiumVectorEnv, RemoteEnvError, TianshouVectorEnv
 from ray_multiprocess_env._engine.call_state import CallState, State, hand_out
 from ray_multiprocess_env._engine.calls import Calls
+from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
@@ -83,6 +84,40 @@ def test_an_env_error_report_survives_ctrl_c_while_another_env_steps(tmp_path, t
         _, _, _, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
         assert not truncated[0]
         assert "env_error" not in infos  # reported once
+
+
+@pytest.mark.parametrize("transport", ["auto", "ray"])
+def test_an_env_error_report_survives_ctrl_c_at_any_line_after_the_steps_block(transport):
+    """Ctrl-C at each line of a step from its guarded block's end to the hand-out: env 0 reports.
+
+    Env 0 raises and is rebuilt in the step; its report (``env_error``, off the info columns)
+    sends the step to the failures branch, which waits for it, judges it and hands it out.
+    Wherever the Ctrl-C lands, the step's results or the next step's carry the report, once.
+    """
+    envs = GymnasiumVectorEnv(
+        [FaultyShiftingEnv] * 4, envs_per_worker=2, on_env_error="restart", transport=transport
+    )
+    zeros = np.zeros(4, dtype=np.int64)
+    code = [Engine._wait_slow, Engine._made, Calls.wait]
+    rounds = [(Engine.step, line_of(Engine.step, "return self._wait_slow"))]
+    rounds += [(function, line) for function in code for line in lines_of(function)]
+    with contextlib.closing(envs):
+        envs.reset(seed=0)
+        fired_in = 0
+        for function, line in rounds:
+            fired = []
+            try:
+                with interrupt_at_line(function, line, within=[Engine.step]) as fired:
+                    out = envs.step(np.array([2, 0, 0, 0]))  # (env 0 raises, and is rebuilt)
+            except KeyboardInterrupt:
+                out = envs.step(zeros)
+            fired_in += bool(fired)
+            truncated, infos = out[3], out[4]
+            assert truncated.tolist() == [True, False, False, False], (function, line)
+            assert infos["_env_error"].tolist() == [True, False, False, False], (function, line)
+            envs.step(zeros)  # (env 0's autoreset step)
+            assert "env_error" not in envs.step(zeros)[4], (function, line)  # (reported once)
+        assert fired_in > 10  # (the lines ran: the interrupts were real)
 
 
 @pytest.mark.parametrize("transport", ["auto", "ray"])

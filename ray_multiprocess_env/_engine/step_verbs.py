@@ -46,14 +46,19 @@ class StepVerbs(FirstReadyVerbs):
         """
         self._state.check_idle(label)
         deadline = deadline_in(self._pool.options.timeout)
-        with DEFERRED:  # sent, read and handed out in one block (`_read`)
-            call = self._send_step(actions, None, "step")
-            batch = self._read(call, deadline)
-            if batch is not None:
-                return hand_out(
-                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
-                )
-        return self._wait_slow(call, None, deadline, finish)
+        call = None
+        try:
+            with DEFERRED:  # sent, read and handed out in one block (`_read`)
+                call = self._send_step(actions, None, "step")
+                batch = self._read(call, deadline)
+                if batch is not None:
+                    return hand_out(
+                        self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                    )
+            return self._wait_slow(call, None, deadline, finish)
+        except KeyboardInterrupt:
+            self._given_up(call)
+            raise
 
     def step_async(self, actions: Any, *, label: str = "step_async") -> None:
         """Send one action per env (a batch of the action space, or a sequence); don't wait."""
@@ -70,14 +75,31 @@ class StepVerbs(FirstReadyVerbs):
         if timeout is not None:  # (checked before the step is taken: a typo loses nothing)
             timeout = check_wait(timeout)
         deadline = deadline_in(self._pool.options.timeout if timeout is None else timeout)
-        with DEFERRED:  # taken, read and handed out in one block, as `step` does (`_read`)
-            call = self._state.take_pending()
-            batch = self._read(call, deadline)
-            if batch is not None:
-                return hand_out(
-                    self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
-                )
-        return self._wait_slow(call, timeout, deadline, finish)
+        call = None
+        try:
+            with DEFERRED:  # taken, read and handed out in one block, as `step` does (`_read`)
+                call = self._state.take_pending()
+                batch = self._read(call, deadline)
+                if batch is not None:
+                    return hand_out(
+                        self._state, self._pool.lost_episodes, (), None, lambda: finish(batch)
+                    )
+            return self._wait_slow(call, timeout, deadline, finish)
+        except KeyboardInterrupt:
+            self._given_up(call)
+            raise
+
+    def _given_up(self, call: Call | None) -> None:
+        """A Ctrl-C ended a step verb after `call` was sent (or taken): the step is given up.
+
+        Its envs owe what it carried (`Calls.abandon`), wherever the Ctrl-C landed: in the
+        verb's guarded block (where `_read` has it abandoned already: once more does
+        nothing), between that block and the failures branch's wait, after the wait, or
+        after the hand-out returned; the user has no results. Not a step that a timeout of
+        `step_wait` made pending again: it stays waitable.
+        """
+        if call is not None and self._state.pending is not call:
+            self._calls.abandon(call)
 
     def _read(self, call: Call, deadline: float | None, env_ids: Any = None) -> Batch | None:
         """`call`'s step's batch if every worker answered in place (None: the failures branch's).
@@ -168,13 +190,19 @@ class StepVerbs(FirstReadyVerbs):
         lost_episodes = self._pool.lost_episodes
         ids = np.array(sorted(env_ids), dtype=np.int64)
         deadline = deadline_in(self._pool.options.timeout)
-        with DEFERRED:  # sent, read and handed out in one block, as `step` does (`_read`)
-            call = self._send_step(actions, env_ids, label)
-            batch = self._read(call, deadline, ids)
-            if batch is not None:
-                return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
-        replies = self._calls.wait(call, deadline=deadline)
-        return hand_out(self._state, lost_episodes, (), ids, self._made(call, replies, finish, ids))
+        call = None
+        try:
+            with DEFERRED:  # sent, read and handed out in one block, as `step` does (`_read`)
+                call = self._send_step(actions, env_ids, label)
+                batch = self._read(call, deadline, ids)
+                if batch is not None:
+                    return hand_out(self._state, lost_episodes, (), ids, lambda: finish(batch))
+            replies = self._calls.wait(call, deadline=deadline)
+            make = self._made(call, replies, finish, ids)
+            return hand_out(self._state, lost_episodes, (), ids, make)
+        except KeyboardInterrupt:
+            self._given_up(call)
+            raise
 
     def _attach_results(self, error: RemoteEnvError, call: Call) -> None:
         """Give a failed step's `error` what the step would have returned, if all answered."""
