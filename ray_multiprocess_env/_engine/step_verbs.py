@@ -95,8 +95,8 @@ class StepVerbs(FirstReadyVerbs):
         Its envs owe what it carried (`Calls.abandon`), wherever the Ctrl-C landed: in the
         verb's guarded block (where `_read` has it abandoned already: once more does
         nothing), between that block and the failures branch's wait, after the wait, or
-        after the hand-out returned; the user has no results. Not a step that a timeout of
-        `step_wait` made pending again: it stays waitable.
+        after the hand-out returned; the user has no results. Not a step that a timeout made
+        pending again (`_wait_slow`, for `step` and `step_wait`): it stays waitable.
         """
         if call is not None and self._state.pending is not call:
             self._calls.abandon(call)
