@@ -37,7 +37,6 @@ TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 #: Where `recv` takes results out of flight and hands them out.
 RECV_CODE: list[Callable[..., Any]] = [
     CallState.take,
-    CallState._settle_state,
     CallState.put_in_flight,
     hand_out,
     Lanes.read,
@@ -119,7 +118,6 @@ HELD_DOWN: list[Callable[..., Any]] = [
     Lanes.batch,
     CallState.take,
     CallState.put_in_flight,
-    CallState._settle_state,
     LostEpisodes.restore,
     LostEpisodes.deliver,
     FirstReadyVerbs.recv,

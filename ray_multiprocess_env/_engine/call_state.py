@@ -2,8 +2,9 @@
 
 One tracker per engine (as gymnasium's ``AsyncVectorEnv`` keeps one ``AsyncState``), checked
 first by every verb of the engine, so every face refuses the same calls with the same errors.
-Every change of it is all or nothing under a Ctrl-C: each method that changes more than one
-field runs inside `deferred_interrupts`, so an interrupt lands before or after it, never inside.
+Every change of it is all or nothing under a Ctrl-C: the first-ready calls in flight are one
+list, replaced in one assignment, and each method that changes more than one field runs inside
+`deferred_interrupts`, so an interrupt lands before or after it, never inside.
 
 The checks speak the face's own words for its first-ready verbs (`InFlightWords`): gymnasium's
 and pfrl's faces expose envpool's ``send`` and ``recv``; Tianshou's has one ``step`` that sends
@@ -118,12 +119,21 @@ class CallState:
 
     def __init__(self, name: str, words: InFlightWords = SEND_RECV) -> None:
         self.name, self.words = name, words
-        self.state = State.IDLE
+        #: `State.IDLE`, `State.WAITING_STEP` or `State.CLOSED`: `state` without what
+        #: `in_flight` says (no second record of it to keep in line).
+        self.mode = State.IDLE
         self.pending: Call | None = None  # the `step_async` waiting for its `step_wait`
-        #: The first-ready tickets in flight (a step's or a reset's: `base.method_of`).
-        #: Replaced, never changed in place: a list read from it stays as it was.
+        #: The first-ready tickets in flight (a step's or a reset's: `base.method_of`), each
+        #: env in one at most. Replaced, never changed in place: a list read from it stays as
+        #: it was, and each change of it is one assignment.
         self.in_flight: list[Ticket] = []
-        self.busy_count = 0  # the envs of the tickets in flight (each env in one at most)
+
+    @property
+    def state(self) -> State:
+        """What the vector env is doing: `mode`, or `State.IN_FLIGHT` while tickets are out."""
+        if self.mode is State.IDLE and self.in_flight:
+            return State.IN_FLIGHT
+        return self.mode
 
     def has_call_to(self, worker: int) -> bool:
         """Whether a first-ready call to `worker` is in flight."""
@@ -133,7 +143,7 @@ class CallState:
 
     def check_open(self, name: str) -> None:
         """Raise `ClosedEnvError` naming `name` if the vector env is closed."""
-        if self.state is State.CLOSED:
+        if self.mode is State.CLOSED:
             raise ClosedEnvError(f"`{name}` was called on a closed {self.name}; create a new one.")
 
     def check_idle(self, name: str, *, in_flight_ok: bool = False) -> None:
@@ -142,11 +152,10 @@ class CallState:
         `ClosedEnvError` after `close`; `PendingCallError` for a pending `step_async`, or
         (unless `in_flight_ok`) for first-ready calls in flight.
         """
-        state = self.state
-        if state is State.IDLE or (in_flight_ok and state is State.IN_FLIGHT):
+        if self.mode is State.IDLE and (in_flight_ok or not self.in_flight):
             return
         self.check_open(name)
-        if state is State.WAITING_STEP:
+        if self.mode is State.WAITING_STEP:
             raise PendingCallError(
                 f"`{name}` was called while a `step_async` is pending; call `step_wait` first.",
                 "step",
@@ -159,7 +168,7 @@ class CallState:
     def begin_step(self, call: Call) -> None:
         """`call` is the pending `step_async`."""
         with deferred_interrupts():
-            self.pending, self.state = call, State.WAITING_STEP
+            self.pending, self.mode = call, State.WAITING_STEP
 
     def take_pending(self) -> Call:
         """The pending `step_async`, which is no longer pending.
@@ -173,7 +182,7 @@ class CallState:
                 "`step_wait` was called without a `step_async` before it.", "step_wait"
             )
         with deferred_interrupts():
-            call, self.pending, self.state = self.pending, None, State.IDLE
+            call, self.pending, self.mode = self.pending, None, State.IDLE
         return call
 
     def keep_pending(self, call: Call) -> None:
@@ -183,40 +192,26 @@ class CallState:
     def put_in_flight(self, tickets: Iterable[Ticket]) -> None:
         """First-ready tickets are out (nothing, once closed: `close` gave them up).
 
-        Call it with interrupts held back (its caller's block sends them, or puts back what
-        a hand-out took), as `take`.
+        One assignment: a Ctrl-C leaves them all out, or none.
         """
         items = list(tickets)
-        if not items or self.state is State.CLOSED:
-            return
-        self.busy_count += _count(items)
-        self.in_flight = self.in_flight + items
-        self._settle_state()
+        if items and self.mode is not State.CLOSED:
+            self.in_flight = self.in_flight + items
 
     def take(self, tickets: Sequence[Ticket]) -> list[Ticket]:
-        """These first-ready tickets, no longer in flight.
-
-        Call it with interrupts held back (its caller's block hands them out, all or nothing).
-        """
+        """These first-ready tickets, no longer in flight (one assignment, as `put_in_flight`)."""
         done: list[Ticket] = []
         left: list[Ticket] = []
         for ticket in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
             (done if ticket in tickets else left).append(ticket)
-        self.busy_count -= _count(done)
         self.in_flight = left
-        self._settle_state()
         return done
-
-    def _settle_state(self) -> None:
-        if self.state is not State.CLOSED and self.state is not State.WAITING_STEP:
-            self.state = State.IN_FLIGHT if self.in_flight else State.IDLE
 
     def close(self) -> tuple[Call | None, list[Ticket]]:
         """Closed; what was pending and in flight, to give up."""
         with deferred_interrupts():
             out = (self.pending, self.in_flight)
-            self.pending, self.in_flight, self.state = None, [], State.CLOSED
-            self.busy_count = 0
+            self.pending, self.in_flight, self.mode = None, [], State.CLOSED
         return out
 
     def busy_envs(self) -> list[int]:
@@ -228,7 +223,7 @@ class CallState:
 
         `reset`: the call checked resets them (else it steps them).
         """
-        if not self.busy_count:
+        if not self.in_flight:
             return
         busy = {env for ticket in self.in_flight for env in ticket.envs}
         env = next((env for env in env_ids if env in busy), None)
@@ -240,23 +235,18 @@ class CallState:
         """How many envs `recv` waits for (`batch_size`, or all in flight if None)."""
         words = self.words
         self.check_open(words.recv)
-        busy = self.busy_count
-        if not busy:
+        if not self.in_flight:
             raise NoPendingCallError(words.nothing, words.recv)
-        wanted = busy if batch_size is None else batch_size
+        wanted = batch_size
+        if wanted is None:
+            wanted = 0
+            for ticket in self.in_flight:
+                wanted += len(ticket.envs)
         if type(wanted) is int and wanted > 0:
             return wanted
         if isinstance(wanted, bool) or not isinstance(wanted, numbers.Integral) or wanted < 1:
             raise ValueError(f"`batch_size` must be a positive int or None, got {batch_size!r}.")
         return int(wanted)
-
-
-def _count(tickets: list[Ticket]) -> int:
-    """How many envs these tickets have."""
-    count = 0
-    for ticket in tickets:
-        count += len(ticket.envs)
-    return count
 
 
 def hand_out(

@@ -30,6 +30,7 @@ from ray_multiprocess_env._engine.call_state import (
     Call,
     CallState,
     InFlightWords,
+    State,
     T,
     as_is,
     hand_out,
@@ -162,7 +163,7 @@ class Engine(StepVerbs):
     @property
     def closed(self) -> bool:
         """Whether `close` was called."""
-        return self._state.state.value == "closed"
+        return self._state.mode is State.CLOSED
 
     def busy_envs(self) -> list[int]:
         """The envs with a first-ready call out (sent, not yet returned by `recv`), sorted."""
