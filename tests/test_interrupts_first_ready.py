@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine import call_state, first_ready
-from ray_multiprocess_env._engine.call_state import CallState, hand_out
+from ray_multiprocess_env._engine import first_ready
+from ray_multiprocess_env._engine.call_state import CallState, TakenOut, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED
@@ -37,6 +37,8 @@ TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 #: Where `recv` takes results out of flight and hands them out.
 RECV_CODE: list[Callable[..., Any]] = [
     CallState.take,
+    TakenOut.__init__,
+    TakenOut.put_back,
     CallState.put_in_flight,
     hand_out,
     Lanes.read,
@@ -113,7 +115,8 @@ HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyVerbs.recv]
 
 HELD_DOWN: list[Callable[..., Any]] = [
     hand_out,
-    call_state._put_back,
+    TakenOut.__init__,
+    TakenOut.put_back,
     first_ready._env_ids,
     Lanes.batch,
     CallState.take,
@@ -140,9 +143,10 @@ def test_ctrl_c_held_down_or_as_the_guard_lets_go_in_a_hand_out_loses_no_result(
             _recv_at_each_line(envs, rounds_of(HAND_OUT_CODE), "steps", HELD_DOWN, min_fired=5)
         else:
             ends = [type(DEFERRED).__exit__]  # (`_end` runs only after a Ctrl-C)
-            # (the end of the hand-out's own block only: on the lanes `recv` reads in a block
-            # before it, whose end takes nothing out of flight)
-            _recv_at_each_line(envs, rounds_of(ends), "steps", within=[hand_out], min_fired=8)
+            # (the end of the block that hands out only: `hand_out`'s, or on the lanes
+            # `recv`'s own, which reads and hands out)
+            within = [hand_out, FirstReadyVerbs.recv]
+            _recv_at_each_line(envs, rounds_of(ends), "steps", within=within, min_fired=8)
 
 
 def _recv_at_each_line(

@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
-
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
@@ -39,6 +37,7 @@ __all__ = [
     "InFlightWords",
     "State",
     "T",
+    "TakenOut",
     "as_is",
     "hand_out",
 ]
@@ -259,49 +258,74 @@ def hand_out(
     """Take the tickets `done` out of flight and `make` what the verb returns, all or nothing.
 
     The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
-    carry) are delivered with it. A Ctrl-C before the result is made leaves the tickets in
-    flight and the reports owed (with no tickets, a lockstep call's: the reports its results
-    carried too), so the next call finds both: nothing a worker sent is dropped on the way out,
-    and a second Ctrl-C cannot cut that short: the guard undoes the hand-out before it lets the
-    first one out (`undo_on_interrupt`). (The ``except`` below undoes after one that lands in
-    the few bytecodes where the guard lets go; a second one within the next few could cut that
-    short.) Another error from `make` (a face refusing what came back) is raised with the
-    tickets taken, as the call's error; the reports stay owed.
+    carry) are delivered with it (`TakenOut`). A Ctrl-C before the result is made leaves the
+    tickets in flight and the reports owed (with no tickets, a lockstep call's: the reports its
+    results carried too), so the next call finds both: nothing a worker sent is dropped on the
+    way out, and a second Ctrl-C cannot cut that short: the guard undoes the hand-out before it
+    lets the first one out (`undo_on_interrupt`). (The ``except`` below undoes after one that
+    lands in the few bytecodes where the guard lets go; a second one within the next few could
+    cut that short.) Another error from `make` (a face refusing what came back) is raised with
+    the tickets taken, as the call's error; the reports stay owed.
     """
-    taken: list[Ticket] = []
-    owed = None
+    taken = None
     try:
         with DEFERRED:
-            taken = state.take(done) if done else []
-            owed = lost_episodes.deliver(envs, done)
-            DEFERRED.undo_on_interrupt(_put_back, state, lost_episodes, taken, owed, envs, done)
+            taken = TakenOut(state, lost_episodes, done, envs)
             return make()
     except KeyboardInterrupt:
-        _put_back(state, lost_episodes, taken, owed, envs, done)  # (done already, as a rule)
+        if taken is not None:
+            taken.put_back()  # (done already, as a rule)
+        elif not done:
+            lost_episodes.owe_again(envs)
         raise
     except BaseException:
-        lost_episodes.restore(owed)
-        lost_episodes.owe_again(envs)
+        if taken is not None:
+            taken.refused()
+        else:
+            lost_episodes.owe_again(envs)
         raise
 
 
-def _put_back(
-    state: CallState,
-    lost_episodes: LostEpisodes,
-    taken: list[Ticket],
-    owed: np.ndarray | None,
-    envs: Iterable[int] | None,
-    done: Sequence[Ticket],
-) -> None:
-    """Undo a hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again.
+class TakenOut:
+    """What a hand-out took out of the call state, put back if its result is not handed over.
 
-    With no tickets (`done`: a lockstep call's results, dropped), the envs `envs` owe what
-    those results carried. All or nothing, and once: a second run finds `taken` emptied and
-    restores and owes the same reports.
+    Made in the hand-out's guarded block (`hand_out`'s, or first-ready `recv`'s own, which
+    reads and hands out in one): the tickets `done` leave flight and the reports of `envs` are
+    delivered (`LostEpisodes.deliver`), and the guard is to run `put_back` if a Ctrl-C ends
+    the block (`undo_on_interrupt`). The block's own ``except KeyboardInterrupt`` runs it too
+    (for one that lands as the guard lets go; a second run does nothing more), and its
+    ``except`` of anything else `refused`.
     """
-    with DEFERRED:
-        state.put_in_flight(taken)
-        taken.clear()
-        lost_episodes.restore(owed)
-        if not done:
-            lost_episodes.owe_again(envs)
+
+    __slots__ = ("done", "envs", "lost_episodes", "owed", "state", "taken")
+
+    def __init__(
+        self,
+        state: CallState,
+        lost_episodes: LostEpisodes,
+        done: Sequence[Ticket],
+        envs: Iterable[int] | None,
+    ) -> None:
+        self.state, self.lost_episodes, self.done, self.envs = state, lost_episodes, done, envs
+        self.taken = state.take(done) if done else []
+        self.owed = lost_episodes.deliver(envs, done)
+        DEFERRED.undo_on_interrupt(self.put_back)
+
+    def put_back(self) -> None:
+        """Undo the hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again.
+
+        With no tickets (`done`: a lockstep call's results, dropped), the envs `envs` owe what
+        those results carried. All or nothing, and once: a second run finds `taken` emptied
+        and restores and owes the same reports.
+        """
+        with DEFERRED:
+            self.state.put_in_flight(self.taken)
+            self.taken = []
+            self.lost_episodes.restore(self.owed)
+            if not self.done:
+                self.lost_episodes.owe_again(self.envs)
+
+    def refused(self) -> None:
+        """The result was not handed over for an error (a face refusing it): reports owed."""
+        self.lost_episodes.restore(self.owed)
+        self.lost_episodes.owe_again(self.envs)

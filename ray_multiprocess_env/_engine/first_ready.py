@@ -8,8 +8,9 @@ While every worker is on its lane and no lost-episode report is owed (`Lanes.now
 rings the doorbells of whole workers' envs (`_send_step`, the one launch of every step verb),
 and `recv` reads the answers (an `async_reset`'s too: it sends each worker its reset as a
 pickled call, `Calls.launch`, and the answer is a record) with the read a lockstep step uses
-(`Lanes.read`) until enough envs are in, then hands their rows out of the store (`hand_out`:
-all or nothing under a Ctrl-C, which leaves them in flight, answered, for the next `recv`).
+(`Lanes.read`) until enough envs are in, then hands their rows out of the store in the same
+guarded block (`TakenOut`, as `hand_out` does: all or nothing under a Ctrl-C, which leaves
+them in flight, answered, for the next `recv`).
 Anything else is sent as a pickled call (`Calls.launch`), and a `recv` that the read leaves
 (an env error, a death, infos off the columns, the deadline, a worker replaced, a transport
 with no lanes) takes the failures branch after it (`_first`): it waits on the same tickets,
@@ -26,7 +27,14 @@ from typing import Any, cast
 import numpy as np
 
 from ray_multiprocess_env._engine import driver_threads
-from ray_multiprocess_env._engine.call_state import Call, CallState, T, as_is, hand_out
+from ray_multiprocess_env._engine.call_state import (
+    Call,
+    CallState,
+    T,
+    TakenOut,
+    as_is,
+    hand_out,
+)
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
@@ -178,7 +186,7 @@ class FirstReadyVerbs:
         """The results of the first envs to finish what `send`/`async_reset` started.
 
         `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
-        before it returns leaves the results in flight for the next `recv` (`hand_out`). Its
+        before it returns leaves the results in flight for the next `recv` (`TakenOut`). Its
         errors and timeouts speak the face's words (`InFlightWords`: `recv`, `nothing`, `again`).
 
         A Ctrl-C in the wait or in a restart leaves every call in flight: the next `recv`
@@ -196,23 +204,27 @@ class FirstReadyVerbs:
         lanes = self._lanes
         if lanes is not None and lanes.now() is not None:
             tickets = self._state.in_flight  # (the state replaces its list, never changes it)
-            # Read, then handed out, each in a block of its own. A Ctrl-C held back, or coming
-            # while it waits, comes through in `poll` (`Lanes.read`) or at the read's end, with
-            # nothing taken out of flight: the answers read stay on their tickets for the next
-            # `recv`. The hand-out's block is the outermost, so its own ``except`` also undoes
-            # it after a Ctrl-C that lands just as its guard lets go.
-            with DEFERRED:
-                read = lanes.read(tickets, min_envs, deadline)
-            if read:
-                in_place = [ticket for ticket in tickets if ticket.outcome is not None]
-                env_ids = _env_ids(in_place)
-                return hand_out(
-                    self._state,
-                    self._pool.lost_episodes,
-                    in_place,
-                    env_ids,
-                    lambda: finish(lanes.batch(in_place, env_ids)),
-                )
+            # Read and handed out in one block, as `hand_out` does. A Ctrl-C held back, or
+            # coming while it waits, comes through in `poll` (`Lanes.read`), with nothing taken
+            # out of flight: the answers read stay on their tickets for the next `recv`. Once
+            # taken out (`TakenOut`), the guard puts them back if a Ctrl-C ends the block, and
+            # the ``except`` after one that lands just as the guard lets go.
+            taken = None
+            try:
+                with DEFERRED:
+                    if lanes.read(tickets, min_envs, deadline):
+                        in_place = [ticket for ticket in tickets if ticket.outcome is not None]
+                        env_ids = _env_ids(in_place)
+                        taken = TakenOut(self._state, self._pool.lost_episodes, in_place, env_ids)
+                        return finish(lanes.batch(in_place, env_ids))
+            except KeyboardInterrupt:
+                if taken is not None:
+                    taken.put_back()
+                raise
+            except BaseException:
+                if taken is not None:
+                    taken.refused()  # (the face refused the batch: raised with them taken)
+                raise
         # the failures branch (and the transports with no lanes): the same tickets waited on
         # and judged
         done = self._first(min_envs, timeout, deadline)
