@@ -177,7 +177,7 @@ def _hand_out(log: list[str]) -> None:
 
 
 def _put_back(log: list[str]) -> None:
-    """All or nothing, and once (as `call_state._put_back`)."""
+    """All or nothing, and once (as `call_state.put_back`)."""
     with deferred_interrupts():
         if "taken" in log and "put back" not in log:
             log.append("put back")

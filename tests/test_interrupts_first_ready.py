@@ -18,7 +18,7 @@ import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env._engine import first_ready
-from ray_multiprocess_env._engine.call_state import CallState, TakenOut, hand_out
+from ray_multiprocess_env._engine.call_state import CallState, hand_out, put_back, take_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED
@@ -37,8 +37,8 @@ TRANSPORTS = ["auto", "pipe", "tcp", "ray"]
 #: Where `recv` takes results out of flight and hands them out.
 RECV_CODE: list[Callable[..., Any]] = [
     CallState.take,
-    TakenOut.__init__,
-    TakenOut.put_back,
+    take_out,
+    put_back,
     CallState.put_in_flight,
     hand_out,
     Lanes.read,
@@ -115,8 +115,8 @@ HAND_OUT_CODE: list[Callable[..., Any]] = [hand_out, FirstReadyVerbs.recv]
 
 HELD_DOWN: list[Callable[..., Any]] = [
     hand_out,
-    TakenOut.__init__,
-    TakenOut.put_back,
+    take_out,
+    put_back,
     first_ready._env_ids,
     Lanes.batch,
     CallState.take,

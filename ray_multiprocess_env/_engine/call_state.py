@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Ticket
@@ -37,9 +39,10 @@ __all__ = [
     "InFlightWords",
     "State",
     "T",
-    "TakenOut",
     "as_is",
     "hand_out",
+    "put_back",
+    "take_out",
 ]
 
 #: What a face makes of a batch (a verb's `finish`).
@@ -258,7 +261,7 @@ def hand_out(
     """Take the tickets `done` out of flight and `make` what the verb returns, all or nothing.
 
     The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
-    carry) are delivered with it (`TakenOut`). A Ctrl-C before the result is made leaves the
+    carry) are delivered with it (`take_out`). A Ctrl-C before the result is made leaves the
     tickets in flight and the reports owed (with no tickets, a lockstep call's: the reports its
     results carried too), so the next call finds both: nothing a worker sent is dropped on the
     way out, and a second Ctrl-C cannot cut that short: the guard undoes the hand-out before it
@@ -267,65 +270,59 @@ def hand_out(
     cut that short.) Another error from `make` (a face refusing what came back) is raised with
     the tickets taken, as the call's error; the reports stay owed.
     """
-    taken = None
+    taken: list[Ticket] = []
+    owed = None
     try:
-        with DEFERRED:
-            taken = TakenOut(state, lost_episodes, done, envs)
+        with DEFERRED:  # (`take_out`, written out: a frame less per lockstep step)
+            taken = state.take(done) if done else []
+            owed = lost_episodes.deliver(envs, done)
+            DEFERRED.undo_on_interrupt(put_back, state, lost_episodes, taken, owed, envs, done)
             return make()
     except KeyboardInterrupt:
-        if taken is not None:
-            taken.put_back()  # (done already, as a rule)
-        elif not done:
-            lost_episodes.owe_again(envs)
+        put_back(state, lost_episodes, taken, owed, envs, done)  # (done already, as a rule)
         raise
     except BaseException:
-        if taken is not None:
-            taken.refused()
-        else:
-            lost_episodes.owe_again(envs)
+        lost_episodes.restore(owed)
+        lost_episodes.owe_again(envs)
         raise
 
 
-class TakenOut:
-    """What a hand-out took out of the call state, put back if its result is not handed over.
+def take_out(
+    state: CallState,
+    lost_episodes: LostEpisodes,
+    done: Sequence[Ticket],
+    envs: Iterable[int] | None,
+) -> tuple[list[Ticket], np.ndarray | None]:
+    """Take `done` out of flight and deliver the reports of `envs`: what `put_back` undoes.
 
-    Made in the hand-out's guarded block (`hand_out`'s, or first-ready `recv`'s own, which
-    reads and hands out in one): the tickets `done` leave flight and the reports of `envs` are
-    delivered (`LostEpisodes.deliver`), and the guard is to run `put_back` if a Ctrl-C ends
-    the block (`undo_on_interrupt`). The block's own ``except KeyboardInterrupt`` runs it too
-    (for one that lands as the guard lets go; a second run does nothing more), and its
-    ``except`` of anything else `refused`.
+    Call it in the hand-out's guarded block (first-ready `recv`'s, which reads and hands out
+    in one; `hand_out` does the same), which is to put them back if a Ctrl-C ends it
+    (`undo_on_interrupt`, registered here); the block's ``except KeyboardInterrupt`` puts them
+    back too, for one that lands as the guard lets go.
     """
+    taken = state.take(done) if done else []
+    owed = lost_episodes.deliver(envs, done)
+    DEFERRED.undo_on_interrupt(put_back, state, lost_episodes, taken, owed, envs, done)
+    return taken, owed
 
-    __slots__ = ("done", "envs", "lost_episodes", "owed", "state", "taken")
 
-    def __init__(
-        self,
-        state: CallState,
-        lost_episodes: LostEpisodes,
-        done: Sequence[Ticket],
-        envs: Iterable[int] | None,
-    ) -> None:
-        self.state, self.lost_episodes, self.done, self.envs = state, lost_episodes, done, envs
-        self.taken = state.take(done) if done else []
-        self.owed = lost_episodes.deliver(envs, done)
-        DEFERRED.undo_on_interrupt(self.put_back)
+def put_back(
+    state: CallState,
+    lost_episodes: LostEpisodes,
+    taken: list[Ticket],
+    owed: np.ndarray | None,
+    envs: Iterable[int] | None,
+    done: Sequence[Ticket],
+) -> None:
+    """Undo a hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again.
 
-    def put_back(self) -> None:
-        """Undo the hand-out a Ctrl-C cut: its tickets in flight again, its reports owed again.
-
-        With no tickets (`done`: a lockstep call's results, dropped), the envs `envs` owe what
-        those results carried. All or nothing, and once: a second run finds `taken` emptied
-        and restores and owes the same reports.
-        """
-        with DEFERRED:
-            self.state.put_in_flight(self.taken)
-            self.taken = []
-            self.lost_episodes.restore(self.owed)
-            if not self.done:
-                self.lost_episodes.owe_again(self.envs)
-
-    def refused(self) -> None:
-        """The result was not handed over for an error (a face refusing it): reports owed."""
-        self.lost_episodes.restore(self.owed)
-        self.lost_episodes.owe_again(self.envs)
+    With no tickets (`done`: a lockstep call's results, dropped), the envs `envs` owe what
+    those results carried. All or nothing, and once: a second run finds `taken` emptied and
+    restores and owes the same reports.
+    """
+    with DEFERRED:
+        state.put_in_flight(taken)
+        taken.clear()
+        lost_episodes.restore(owed)
+        if not done:
+            lost_episodes.owe_again(envs)

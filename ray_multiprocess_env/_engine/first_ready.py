@@ -9,7 +9,7 @@ rings the doorbells of whole workers' envs (`_send_step`, the one launch of ever
 and `recv` reads the answers (an `async_reset`'s too: it sends each worker its reset as a
 pickled call, `Calls.launch`, and the answer is a record) with the read a lockstep step uses
 (`Lanes.read`) until enough envs are in, then hands their rows out of the store in the same
-guarded block (`TakenOut`, as `hand_out` does: all or nothing under a Ctrl-C, which leaves
+guarded block (`take_out`, as `hand_out` does: all or nothing under a Ctrl-C, which leaves
 them in flight, answered, for the next `recv`).
 Anything else is sent as a pickled call (`Calls.launch`), and a `recv` that the read leaves
 (an env error, a death, infos off the columns, the deadline, a worker replaced, a transport
@@ -31,9 +31,10 @@ from ray_multiprocess_env._engine.call_state import (
     Call,
     CallState,
     T,
-    TakenOut,
     as_is,
     hand_out,
+    put_back,
+    take_out,
 )
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
@@ -186,7 +187,7 @@ class FirstReadyVerbs:
         """The results of the first envs to finish what `send`/`async_reset` started.
 
         `finish` turns the batch into what the face returns, inside the hand-out: a Ctrl-C
-        before it returns leaves the results in flight for the next `recv` (`TakenOut`). Its
+        before it returns leaves the results in flight for the next `recv` (`take_out`). Its
         errors and timeouts speak the face's words (`InFlightWords`: `recv`, `nothing`, `again`).
 
         A Ctrl-C in the wait or in a restart leaves every call in flight: the next `recv`
@@ -207,23 +208,27 @@ class FirstReadyVerbs:
             # Read and handed out in one block, as `hand_out` does. A Ctrl-C held back, or
             # coming while it waits, comes through in `poll` (`Lanes.read`), with nothing taken
             # out of flight: the answers read stay on their tickets for the next `recv`. Once
-            # taken out (`TakenOut`), the guard puts them back if a Ctrl-C ends the block, and
+            # taken out (`take_out`), the guard puts them back if a Ctrl-C ends the block, and
             # the ``except`` after one that lands just as the guard lets go.
-            taken = None
+            state, lost_episodes = self._state, self._pool.lost_episodes
+            in_place: list[Ticket] = []
+            taken: list[Ticket] = []
+            owed = env_ids = None
             try:
                 with DEFERRED:
                     if lanes.read(tickets, min_envs, deadline):
                         in_place = [ticket for ticket in tickets if ticket.outcome is not None]
                         env_ids = _env_ids(in_place)
-                        taken = TakenOut(self._state, self._pool.lost_episodes, in_place, env_ids)
+                        taken, owed = take_out(state, lost_episodes, in_place, env_ids)
                         return finish(lanes.batch(in_place, env_ids))
             except KeyboardInterrupt:
-                if taken is not None:
-                    taken.put_back()
+                if taken:  # (else nothing was taken, or the guard put it back: `put_back`)
+                    put_back(state, lost_episodes, taken, owed, env_ids, in_place)
                 raise
             except BaseException:
-                if taken is not None:
-                    taken.refused()  # (the face refused the batch: raised with them taken)
+                if taken:  # (the face refused the batch: raised with them taken, reports owed)
+                    lost_episodes.restore(owed)
+                    lost_episodes.owe_again(env_ids)
                 raise
         # the failures branch (and the transports with no lanes): the same tickets waited on
         # and judged
