@@ -39,6 +39,7 @@ RECV_CODE: list[Callable[..., Any]] = [
     CallState.take,
     take_out,
     put_back,
+    LostEpisodes.deliver,
     CallState.put_in_flight,
     hand_out,
     Lanes.read,
@@ -133,9 +134,10 @@ def test_ctrl_c_held_down_or_as_the_guard_lets_go_in_a_hand_out_loses_no_result(
     """A Ctrl-C at each line of the hand-out, then again at every line after (a key held down).
 
     Or one at each line of the guard's end of the hand-out's block: one that lands just as the
-    guard lets go comes out of the block after it let go, and is undone by the hand-out's own
-    ``except``. Either way the results taken out of flight go back before the
-    `KeyboardInterrupt` comes out: the next `recv` hands out each env's result once.
+    guard lets go comes out of the block after it let go, and is undone by the ``except`` of
+    the verb whose block it is (`hand_out`'s, or on the lanes `recv`'s own). Either way the
+    results taken out of flight go back before the `KeyboardInterrupt` comes out: the next
+    `recv` hands out each env's result once.
     """
     envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport=transport)
     with contextlib.closing(envs):

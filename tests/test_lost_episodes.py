@@ -23,6 +23,7 @@ from ray_multiprocess_env._engine.engine import Engine
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
+from tests.envs import FlakyEnv
 from tests.envs_faults import DyingEnv, FaultyShiftingEnv, env_failing_once_flagged
 from tests.interrupts import Gate, interrupt_at_line, line_of, lines_of
 
@@ -288,3 +289,36 @@ def test_hand_out_puts_results_back_on_ctrl_c_only():
         hand_out(state, lost, [ticket], None, raising(TypeError("refused")))
     assert state.busy_envs() == []
     assert state.state is State.IDLE
+    assert [lost.is_owed(env) for env in range(2)] == [True, True]  # (what they carried)
+
+
+def _raising(error: BaseException):
+    def finish(batch):
+        raise error
+
+    return finish
+
+
+def test_recv_on_the_lanes_puts_results_back_on_ctrl_c_and_owes_a_refused_batch():
+    """A Ctrl-C in `recv`'s hand-out on the lanes puts every result back; a refusal owes them.
+
+    `recv` reads and hands out in one block. A face's own error takes the results out, their
+    envs owing what they carried; the next `send` and `recv` work, and deliver that.
+    """
+    envs = GymnasiumVectorEnv([FlakyEnv] * 4, envs_per_worker=2, transport="auto")
+    with contextlib.closing(envs):
+        engine = envs._engine  # (private: the engine's `recv` with a `finish` that raises)
+        lost = engine._pool.lost_episodes
+        envs.reset(seed=0)
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+        with pytest.raises(KeyboardInterrupt):
+            engine.recv(None, None, _raising(KeyboardInterrupt()))
+        assert engine.busy_envs() == [0, 1, 2, 3]
+        with pytest.raises(TypeError, match="refused"):
+            engine.recv(None, None, _raising(TypeError("refused")))
+        assert engine.busy_envs() == []
+        assert [lost.is_owed(env) for env in range(4)] == [True] * 4
+        envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
+        infos = envs.recv()[4]
+        assert sorted(infos["env_id"].tolist()) == [0, 1, 2, 3]
+        assert not lost.any  # (delivered: the next step goes on the lanes again)

@@ -42,6 +42,7 @@ __all__ = [
     "as_is",
     "hand_out",
     "put_back",
+    "refused",
     "take_out",
 ]
 
@@ -194,14 +195,18 @@ class CallState:
     def put_in_flight(self, tickets: Iterable[Ticket]) -> None:
         """First-ready tickets are out (nothing, once closed: `close` gave them up).
 
-        One assignment: a Ctrl-C leaves them all out, or none.
+        One assignment: a Ctrl-C leaves them all out, or none. Call it with interrupts held
+        back all the same (its caller's block sends them, or puts back what a hand-out took).
         """
         items = list(tickets)
         if items and self.mode is not State.CLOSED:
             self.in_flight = self.in_flight + items
 
     def take(self, tickets: Sequence[Ticket]) -> list[Ticket]:
-        """These first-ready tickets, no longer in flight (one assignment, as `put_in_flight`)."""
+        """These first-ready tickets, no longer in flight (one assignment, as `put_in_flight`).
+
+        Call it with interrupts held back: its caller's block hands them out, all or nothing.
+        """
         done: list[Ticket] = []
         left: list[Ticket] = []
         for ticket in self.in_flight:  # (`in`: by identity, a ticket equals only itself)
@@ -261,14 +266,15 @@ def hand_out(
     """Take the tickets `done` out of flight and `make` what the verb returns, all or nothing.
 
     The lost-episode reports of `envs` (None: every env's; with `done`, those its tickets
-    carry) are delivered with it (`take_out`). A Ctrl-C before the result is made leaves the
-    tickets in flight and the reports owed (with no tickets, a lockstep call's: the reports its
-    results carried too), so the next call finds both: nothing a worker sent is dropped on the
-    way out, and a second Ctrl-C cannot cut that short: the guard undoes the hand-out before it
-    lets the first one out (`undo_on_interrupt`). (The ``except`` below undoes after one that
-    lands in the few bytecodes where the guard lets go; a second one within the next few could
-    cut that short.) Another error from `make` (a face refusing what came back) is raised with
-    the tickets taken, as the call's error; the reports stay owed.
+    carry) are delivered with it (as `take_out` does, written out here). A Ctrl-C before the
+    result is made leaves the tickets in flight and the reports owed (with no tickets, a
+    lockstep call's: the reports its results carried too), so the next call finds both:
+    nothing a worker sent is dropped on the way out, and a second Ctrl-C cannot cut that short:
+    the guard undoes the hand-out before it lets the first one out (`undo_on_interrupt`). (The
+    ``except`` below undoes after one that lands in the few bytecodes where the guard lets go;
+    a second one within the next few could cut that short.) Another error from `make` (a face
+    refusing what came back) is raised with the tickets taken, as the call's error; the
+    reports stay owed (`refused`).
     """
     taken: list[Ticket] = []
     owed = None
@@ -282,8 +288,7 @@ def hand_out(
         put_back(state, lost_episodes, taken, owed, envs, done)  # (done already, as a rule)
         raise
     except BaseException:
-        lost_episodes.restore(owed)
-        lost_episodes.owe_again(envs)
+        refused(lost_episodes, owed, envs)
         raise
 
 
@@ -296,9 +301,9 @@ def take_out(
     """Take `done` out of flight and deliver the reports of `envs`: what `put_back` undoes.
 
     Call it in the hand-out's guarded block (first-ready `recv`'s, which reads and hands out
-    in one; `hand_out` does the same), which is to put them back if a Ctrl-C ends it
-    (`undo_on_interrupt`, registered here); the block's ``except KeyboardInterrupt`` puts them
-    back too, for one that lands as the guard lets go.
+    in one; `hand_out` has the same lines written out), which is to put them back if a
+    Ctrl-C ends it (`undo_on_interrupt`, registered here); the block's ``except
+    KeyboardInterrupt`` puts them back too, for one that lands as the guard lets go.
     """
     taken = state.take(done) if done else []
     owed = lost_episodes.deliver(envs, done)
@@ -326,3 +331,14 @@ def put_back(
         lost_episodes.restore(owed)
         if not done:
             lost_episodes.owe_again(envs)
+
+
+def refused(lost_episodes: LostEpisodes, owed: np.ndarray | None, envs: Any) -> None:
+    """A hand-out's result was refused (an error of the face's): its reports owed again.
+
+    All or nothing: a Ctrl-C as it runs cannot leave them delivered (`deliver` undone by
+    `restore`, then the envs `envs` owe what the result carried).
+    """
+    with DEFERRED:
+        lost_episodes.restore(owed)
+        lost_episodes.owe_again(envs)

@@ -34,6 +34,7 @@ from ray_multiprocess_env._engine.call_state import (
     as_is,
     hand_out,
     put_back,
+    refused,
     take_out,
 )
 from ray_multiprocess_env._engine.calls import Calls
@@ -227,8 +228,7 @@ class FirstReadyVerbs:
                 raise
             except BaseException:
                 if taken:  # (the face refused the batch: raised with them taken, reports owed)
-                    lost_episodes.restore(owed)
-                    lost_episodes.owe_again(env_ids)
+                    refused(lost_episodes, owed, env_ids)
                 raise
         # the failures branch (and the transports with no lanes): the same tickets waited on
         # and judged
