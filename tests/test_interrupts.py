@@ -45,7 +45,6 @@ STEP_CODE: list[Callable[..., Any]] = [
     Engine._made,
     Lanes.rung,
     Lane.ring,
-    Lanes.wait_batch,
     Lanes.read,
     Lanes.batch,
     ChannelTransport.read_lane,
@@ -64,7 +63,6 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
     Engine._read,
     Engine._wait_slow,
     Engine._made,
-    Lanes.wait_batch,
     Lanes.read,
     Lanes.batch,
     ChannelTransport.read_lane,
@@ -76,8 +74,8 @@ STEP_WAIT_CODE: list[Callable[..., Any]] = [
 #: Where the slow path takes a step over from the hot path (an env raised in it).
 TAKE_OVER_CODE: list[Callable[..., Any]] = [
     Engine.step,
+    Engine._read,
     Engine._wait_slow,
-    Lanes.wait_batch,
     Lanes.read,
     ChannelTransport._take_infos,  # (SB3's info dicts per env follow the record)
     ChannelTransport._rows_in,
@@ -139,7 +137,6 @@ STEP_ENVS_CODE: list[Callable[..., Any]] = [
     Lane.ring,
     Lanes.rung,
     ChannelTransport.ring,
-    Lanes.wait_batch,
     Lanes.read,
     ChannelTransport.read_lane,
     ChannelTransport._take_infos,  # (Tianshou's info dicts per env follow the record)

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from ray_multiprocess_env._engine.call_state import Call
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.pool import Pool, Worker
 from ray_multiprocess_env._engine.results import Batch
@@ -274,19 +273,6 @@ class Lanes:
             elif ticket.code == OTHER:  # (settled by the slow path's read, or lost)
                 return False
         return True
-
-    def wait_batch(
-        self, call: Call, deadline: float | None, env_ids: np.ndarray | None = None
-    ) -> Batch | None:
-        """`call`'s step's `batch` once every worker answered in place (None: not on the lanes).
-
-        However the step was sent: while every worker is on its lane (`now`), its answers are
-        read here (`read`). In the caller's block that holds interrupts back (the outermost
-        one): `Engine._read`.
-        """
-        if self.now() is not None and self.read(call.tickets, None, deadline):
-            return self.batch(call.tickets, env_ids)
-        return None
 
     def batch(self, tickets: list[Ticket], env_ids: np.ndarray | None = None) -> Batch:
         """The batch of the answers to `tickets`, each in place (`read`): every env's, or some.

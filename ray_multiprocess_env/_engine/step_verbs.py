@@ -106,18 +106,20 @@ class StepVerbs(FirstReadyVerbs):
 
         One road for every step, however it was sent: while every worker is on its lane (not
         while lost-episode reports are owed: `Lanes.now`), the answers are read there
-        (`Lanes.wait_batch`); anything else (an env error, a death, a timeout, infos off the
-        columns, an earlier answer still due, a transport with no lanes) leaves the call to the
-        failures branch, which waits on the same tickets and judges them (`_wait_slow`,
-        `Calls.wait`). Call it in the caller's block that holds interrupts back (the outermost
-        one), where the step was sent or taken and its batch is handed out: a Ctrl-C gives the
-        step up, its envs owing what it carried (`Calls.abandon`), and so does anything raised
-        out of the read.
+        (`Lanes.read`, then `Lanes.batch`); anything else (an env error, a death, a timeout,
+        infos off the columns, an earlier answer still due, a transport with no lanes) leaves
+        the call to the failures branch, which waits on the same tickets and judges them
+        (`_wait_slow`, `Calls.wait`). Call it in the caller's block that holds interrupts back
+        (the outermost one), where the step was sent or taken and its batch is handed out: a
+        Ctrl-C gives the step up, its envs owing what it carried (`Calls.abandon`), and so does
+        anything raised out of the read.
         """
         DEFERRED.undo_on_interrupt(self._calls.abandon, call)
         lanes = self._lanes
         try:
-            return None if lanes is None else lanes.wait_batch(call, deadline, env_ids)
+            if lanes is None or lanes.now() is None or not lanes.read(call.tickets, None, deadline):
+                return None
+            return lanes.batch(call.tickets, env_ids)
         except BaseException:  # (what a SIGINT handler of the user's own raises, say)
             self._calls.abandon(call)
             raise
