@@ -15,6 +15,8 @@ table gives the median of the rounds):
   lockstep ``step`` and first-ready ``recv(8)``/``send``, 2 workers x 8; gymnasium's
   ``SyncVectorEnv(16)``; the same two of ours and ``SyncVectorEnv`` with the 256-wide torch MLP
   of ``--suite policy`` acting in the driver (torch's defaults, as a trainer has them);
+- ours first-ready with a bare driver over the same workers (`driver_floor.bare_first_ready`:
+  the library's protocol and nothing else): what the workers allow, however cheap the driver;
 - ours first-ready again with ``RAY_MULTIPROCESS_ENV_WORKER_SPIN_US=0``: the probe's workers
   never poll, and a polling worker's CPU counts its polls;
 - CartPole-v1, 2 workers x 64 against ``SyncVectorEnv(128)``;
@@ -67,6 +69,8 @@ from ray_multiprocess_env.bench_policies import make_policy
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT.parent / "shared" / "tools" / "sol_probe.py"
 CHEETAH, CARTPOLE = "HalfCheetah-v5", "CartPole-v1"
+#: The setting of ours first-ready with a bare driver: what its workers allow.
+BARE = "ours first-ready, bare driver over the same workers"
 
 
 _PROBE_RUN = """
@@ -173,6 +177,31 @@ def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
     return result
 
 
+def bare_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
+    """`ours_first_ready`'s loop with a bare driver over the same workers (`driver_floor`).
+
+    Its driver's CPU is per worker's round trip (`k` env steps), as the probe's is. Call it
+    with nothing in flight; it leaves nothing in flight.
+    """
+    workers = workers_of(envs)
+    engine = envs._engine  # (private: the workers the face steps)
+    start_loop, one, drain = driver_floor.bare_first_ready(
+        engine, action_samples(envs.action_space)
+    )
+    start_loop(0)
+    for t in range(50):
+        one(t)
+    before, cpu, start = cpu_of(workers), _thread_cpu(), time.perf_counter()
+    count = steps = 0
+    while time.perf_counter() - start < seconds:
+        steps += one(count)
+        count += 1
+    wall = time.perf_counter() - start
+    result = _result(steps, wall, max(steps // k, 1), cpu, workers, before)
+    drain()
+    return result
+
+
 def _mlp(envs: Any) -> Callable[[Any], Any]:
     """The policy suite's torch MLP (`bench_policies.make_policy`), torch's default threads."""
     return make_policy("mlp", envs.single_observation_space, envs.single_action_space)
@@ -187,6 +216,7 @@ def one_round(probe: Path | None, seconds: float) -> dict[str, dict[str, float]]
     envs = make_vector_env(CHEETAH, 16, num_workers=2)
     out["ours lockstep"] = ours_lockstep(envs, seconds, None)
     out["ours first-ready"] = ours_first_ready(envs, 8, seconds)
+    out[BARE] = bare_first_ready(envs, 8, seconds)
     out["ours lockstep, MLP"] = ours_lockstep(envs, seconds, _mlp(envs))
     envs.close()
     # the probe's workers never poll: ours not polling either
@@ -271,6 +301,7 @@ def _report(
     targets = [
         ("ours lockstep >= 0.85x the probe's lockstep", "ours lockstep", "probe lockstep"),
         ("ours first-ready >= 0.8x the probe's", "ours first-ready", "probe first-ready"),
+        ("(ours first-ready with a bare driver, against the probe's)", BARE, "probe first-ready"),
         ("ours lockstep >= 1.3x `SyncVectorEnv(16)`", "ours lockstep", "SyncVectorEnv(16)"),
         (
             "CartPole 2 x 64 >= 1.3x `SyncVectorEnv(128)`",
@@ -306,6 +337,9 @@ def _report(
                 medians,
                 "ours first-ready, workers not polling",
                 " with its workers not polling (the probe's never do)",
+            ),
+            *_first_ready_cycle(
+                medians, BARE, " with a bare driver over its workers (the workers' own share)"
             ),
         ]
     return "\n".join(lines)

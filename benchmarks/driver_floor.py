@@ -129,20 +129,28 @@ def _loop(step: Any, actions: list[Any]) -> Any:
     return loop
 
 
-def _bare(engine: Any, actions: list[Any]) -> Any:
-    """The bare loop over the engine's own workers (module docstring)."""
-    workers = engine._pool.workers
+def _bare_workers(engine: Any) -> tuple[Any, ...]:
+    """What a bare loop needs of the engine's own workers (module docstring).
+
+    Each worker's transport, action rows and first and last env; the store; each answer
+    pipe's transport and a poller of them all; a buffer to read answers into.
+    """
+    workers = engine._pool.workers  # (private: the workers the engine steps)
     transports = [w.transport for w in workers]
     if any(t.kind != "shared_memory" for t in transports):
         raise SystemExit("the workers are not on shared memory: nothing to compare")
-    store = engine._store
     leaves = [t._leaf for t in transports]
     bounds = [(w.envs.start, w.envs.stop) for w in workers]
     by_fd = {t.fileno(): t for t in transports}
     poller = select.poll()
     for fd in by_fd:
         poller.register(fd, select.POLLIN)
-    scratch = bytearray(1 << 16)
+    return transports, leaves, bounds, engine._store, by_fd, poller, bytearray(1 << 16)
+
+
+def _bare(engine: Any, actions: list[Any]) -> Any:
+    """The bare loop over the engine's own workers (module docstring)."""
+    transports, leaves, bounds, store, by_fd, poller, scratch = _bare_workers(engine)
     answer_size = HEADER.size + RECORD.size
 
     def loop(count: int, at: int) -> None:
@@ -172,6 +180,66 @@ def _bare(engine: Any, actions: list[Any]) -> Any:
                     infos[name], infos[f"_{name}"] = column.values.copy(), column.mask.copy()
 
     return loop
+
+
+def bare_first_ready(engine: Any, actions: list[Any]) -> tuple[Any, Any, Any]:
+    """A bare first-ready loop over the engine's own workers, envpool's way (as the probe's).
+
+    Returns ``(start, one, drain)``: ``start(t)`` rings every worker; ``one(t)`` waits for
+    answers, and each worker that answered has its rows copied out and the next actions
+    rung at once (its env steps are returned); ``drain()`` reads the last answers. Nothing of
+    the library's may be in flight from ``start`` to ``drain``; the library's calls go on
+    working after it (the transports' sequence numbers kept in step).
+    """
+    transports, leaves, bounds, store, by_fd, poller, scratch = _bare_workers(engine)
+    answer_size = HEADER.size + RECORD.size
+    worker_of = {fd: transports.index(transport) for fd, transport in by_fd.items()}
+
+    def start(t: int) -> None:
+        for worker, (first, stop) in enumerate(bounds):
+            transport = transports[worker]
+            leaves[worker][...] = actions[t % len(actions)][first:stop]
+            transport._seq += 1
+            os.write(transport._go, HEADER.pack(transport._seq, RECORD.size) + DOORBELL)
+
+    def one(t: int) -> int:
+        steps = 0
+        for fd, _ in poller.poll():
+            size = os.readv(fd, [scratch])
+            seq, _ = HEADER.unpack_from(scratch)
+            _, kind, written = RECORD.unpack_from(scratch, HEADER.size)
+            if size != answer_size or kind != 2:
+                raise SystemExit("an answer other than a status record: not comparable")
+            worker = worker_of[fd]
+            transport = transports[worker]
+            transport._answered = seq
+            first, stop = bounds[worker]
+            rows = slice(first, stop)
+            store.observations[rows].copy(), store.rewards[rows].copy()
+            store.terminations[rows].copy(), store.truncations[rows].copy()
+            infos = {}
+            for j, column in enumerate(store.columns):
+                if written >> j & 1:
+                    name = column.path[-1]
+                    infos[name], infos[f"_{name}"] = (
+                        column.values[rows].copy(),
+                        column.mask[rows].copy(),
+                    )
+            leaves[worker][...] = actions[t % len(actions)][first:stop]
+            transport._seq += 1
+            os.write(transport._go, HEADER.pack(transport._seq, RECORD.size) + DOORBELL)
+            steps += stop - first
+        return steps
+
+    def drain() -> None:
+        waiting = len(transports)
+        while waiting:
+            for fd, _ in poller.poll():
+                os.readv(fd, [scratch])
+                by_fd[fd]._answered = HEADER.unpack_from(scratch)[0]
+                waiting -= 1
+
+    return start, one, drain
 
 
 def _bytecodes(loop: Any, steps: int = 100) -> dict[str, float]:
