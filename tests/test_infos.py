@@ -197,3 +197,73 @@ def test_infos_of_an_env_left_out_of_the_batch_are_dropped():
     assert infos["x"].tolist() == [1.5]
     assert infos["note"].tolist() == ["kept"]
     assert infos["_x"].tolist() == infos["_note"].tolist() == [True]
+
+
+def _column(path, dtype, origin, num_envs):
+    values = np.zeros(num_envs, dtype=dtype)
+    return InfoColumn((path, np.dtype(dtype).str, (), origin), values, np.zeros(num_envs, np.bool_))
+
+
+def test_each_call_over_the_same_columns_equals_gymnasiums():
+    """Each call of a sequence over the same columns equals gymnasium's dict.
+
+    Infos with exactly the columns' keys (the usual step), mixed with other keys, empty infos,
+    a value of another type and nested keys; no row of an earlier call may leak into a later one.
+    """
+    num_envs, bounds = 5, [(0, 3), (3, 5)]
+    columns = [
+        _column(("a",), np.float64, float, num_envs),
+        _column(("b",), np.float32, np.float32, num_envs),
+        _column(("c",), np.int64, int, num_envs),
+        _column(("n", "d"), np.float64, float, num_envs),
+    ]
+
+    def usual(i):
+        return {"c": 3 * i, "a": i + 0.5, "b": np.float32(i)}  # (another order than the columns')
+
+    calls = [
+        [usual(i) for i in range(num_envs)],  # every env the columns' keys
+        [usual(0), None, {**usual(2), "x": "t"}, usual(3), {}],  # none, an extra key, empty
+        [usual(0), {**usual(1), "a": 7}, usual(2), {"a": 1.5}, usual(4)],  # an int for a float
+        [{"n": {"d": 2.0}}, usual(1), {"a": 0.25, "n": {"d": 1.0}}, None, usual(4)],  # nested
+        [usual(i) for i in range(num_envs)],  # the usual again after all of that
+        [None] * num_envs,  # nothing at all
+    ]
+    for n, infos in enumerate(calls):
+        got, _ = _batched(infos, bounds, columns)
+        _assert_same(got, _gymnasium(infos, num_envs), f"call {n}")
+    envs = np.array([1, 3, 4])  # some envs: the others' rows are not the call's
+    infos = [usual(i) if i in envs else None for i in range(num_envs)]
+    got, _ = _batched(infos, bounds, columns, envs=envs)
+    _assert_same(got, _gymnasium(infos, num_envs))
+
+
+_USUAL = {"x": 2.5}
+_OTHER = {"final_obs": np.zeros(2), "n": {"d": 1.0}}
+
+
+@pytest.mark.parametrize(
+    "adds",
+    [
+        [_USUAL, _OTHER],
+        [_OTHER, _USUAL],
+        [_USUAL, {**_OTHER, "x": 1.0}],
+        [{**_OTHER, "x": 1.0}, _USUAL],
+    ],
+)
+def test_two_infos_of_one_env_in_one_call_keep_what_each_wrote(adds):
+    """Two infos of one env in one call: neither loses what the other wrote.
+
+    SAME_STEP adds an env's final infos and then its reset's; either may have exactly the
+    columns' keys.
+    """
+    columns = [_column(("x",), np.float64, float, 1), _column(("n", "d"), np.float64, float, 1)]
+    batcher = InfoBatcher(columns)
+    batcher.start(slice(None))
+    for info in adds:
+        batcher.add(0, info)
+    got = merge_infos(1, [(0, batcher.finish())], columns)
+    adder, want = _Adder(1), {}
+    for info in adds:
+        want = adder._add_info(want, info, 0)
+    _assert_same(got, want)
