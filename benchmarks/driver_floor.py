@@ -18,7 +18,11 @@ turns every 20 steps (so the machine's drift falls on all alike):
   its bookkeeping could cost, beside the bare-Python probe's own design (`against_probe`).
 
 The bare loop keeps the transports' sequence numbers in step, so the library's calls go on
-working between turns. The table splits off the part of each way's CPU spent in the kernel
+working between turns. `bare_first_ready` is its first-ready twin, envpool's loop over the same
+workers (each worker that answered has its rows copied out and is rung again at once), which
+`benchmarks.against_probe` runs beside ours and the probe's.
+
+The table splits off the part of each way's CPU spent in the kernel
 (``getrusage`` of the thread: its system calls, and being put to sleep and woken in ``poll``),
 which Python code cannot shorten, and gives the workers' CPU per env step under each way
 (psutil: the workers run the same code whichever way steps them, so what it differs by is what
