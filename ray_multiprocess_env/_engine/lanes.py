@@ -218,10 +218,12 @@ class Lanes:
         every pipe) slept and woke about once per worker, the driver's largest cost per
         worker (`benchmarks.driver_cost`). The workers run in about the order they were rung,
         so while it waits for the last, the others answer, and it reads them without sleeping
-        again. First-ready's `recv` gives `wanted`, and every ticket is looked at first,
-        answered or not; if `wanted` is fewer than the tickets' envs, it polls the pipes of
-        every ticket's worker at once and reads those that answered, until enough envs are in
-        (or every ticket is answered), else it waits for every ticket.
+        again (the last is polled before it is read: a read that finds nothing costs more than
+        a ``poll`` that finds its answer in). First-ready's `recv` gives `wanted`, and every
+        ticket is looked at first, answered or not; if `wanted` is fewer than the tickets'
+        envs, it polls the pipes of every ticket's worker at once and reads those that
+        answered, until enough envs are in (or every ticket is answered), else it waits for
+        every ticket.
         """
         lanes = self._lanes.lanes
         if wanted is not None:  # (first-ready: every ticket looked at first)
@@ -255,13 +257,15 @@ class Lanes:
                             envs_in += len(ticket.envs)
                             left -= 1
                 return True
+        code = NOTHING  # (the last rung is waited for before it is read: it is rarely in)
         for ticket in reversed(tickets):  # (every answer: one worker at a time)
             if ticket.outcome is None:
                 lane = lanes[ticket.worker]
                 transport = lane.transport
                 if transport is not ticket.transport or transport.wants_write:
                     return False  # (a worker replaced, or a message not all written)
-                code = transport.read_lane()
+                if code != NOTHING:  # (an earlier one's: read now, its answer is most likely in)
+                    code = transport.read_lane()
                 while code == NOTHING:
                     timeout = None if deadline is None else timeout_ms(deadline)
                     if not DEFERRED.poll(lane.poller, timeout):
