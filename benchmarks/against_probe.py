@@ -162,17 +162,7 @@ def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
     """Env steps/s of `recv(k)` + `send`, the driver's CPU per `recv` + `send`."""
     workers = workers_of(envs)
     envs.async_reset(seed=0)
-    one = loops.recv_send(envs, k)
-
-    for t in range(50):
-        one(t)
-    before, cpu, start = cpu_of(workers), _thread_cpu(), time.perf_counter()
-    count = steps = 0
-    while time.perf_counter() - start < seconds:
-        steps += one(count)
-        count += 1
-    wall = time.perf_counter() - start
-    result = _result(steps, wall, count, cpu, workers, before)
+    result = _first_ready_run(loops.recv_send(envs, k), seconds, workers)
     envs.recv()
     return result
 
@@ -189,6 +179,19 @@ def bare_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
         engine, action_samples(envs.action_space)
     )
     start_loop(0)
+    result = _first_ready_run(one, seconds, workers, k)
+    drain()
+    return result
+
+
+def _first_ready_run(
+    one: Callable[[int], int], seconds: float, workers: list[psutil.Process], k: int = 0
+) -> dict[str, float]:
+    """`_result` of `one` (a round trip: the env steps it handed back) run for `seconds`.
+
+    After 50 round trips not counted. The driver's CPU is per call of `one`, or per `k` env
+    steps if `k` is given.
+    """
     for t in range(50):
         one(t)
     before, cpu, start = cpu_of(workers), _thread_cpu(), time.perf_counter()
@@ -197,9 +200,8 @@ def bare_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
         steps += one(count)
         count += 1
     wall = time.perf_counter() - start
-    result = _result(steps, wall, max(steps // k, 1), cpu, workers, before)
-    drain()
-    return result
+    calls = max(steps // k, 1) if k else count
+    return _result(steps, wall, calls, cpu, workers, before)
 
 
 def _mlp(envs: Any) -> Callable[[Any], Any]:
