@@ -159,10 +159,14 @@ def ours_lockstep(
 
 
 def ours_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
-    """Env steps/s of `recv(k)` + `send`, the driver's CPU per `recv` + `send`."""
+    """Env steps/s of `recv(k)` + `send`, the driver's CPU per `k` envs handed back.
+
+    (A `recv` hands back every worker whose answer is in: sometimes two workers' envs, two
+    round trips of the probe's, whose driver's CPU is per round trip.)
+    """
     workers = workers_of(envs)
     envs.async_reset(seed=0)
-    result = _first_ready_run(loops.recv_send(envs, k), seconds, workers)
+    result = _first_ready_run(loops.recv_send(envs, k), seconds, workers, k)
     envs.recv()
     return result
 
@@ -189,8 +193,8 @@ def _first_ready_run(
 ) -> dict[str, float]:
     """`_result` of `one` (a round trip: the env steps it handed back) run for `seconds`.
 
-    After 50 round trips not counted. The driver's CPU is per call of `one`, or per `k` env
-    steps if `k` is given.
+    After 50 round trips not counted. The driver's CPU is per `k` env steps handed back (a
+    worker's round trip), or per call of `one` without `k`.
     """
     for t in range(50):
         one(t)
@@ -292,7 +296,9 @@ def _report(
         f"- Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}; {versions}",
         "",
         f"Medians of {args.rounds} rounds, each setting {args.seconds:g} s per round, the "
-        "settings taking turns; a ratio is the median of the rounds' ratios.",
+        "settings taking turns; a ratio is the median of the rounds' ratios. A call of the "
+        "driver is a step in lockstep, and a worker's round trip in first-ready: 8 envs handed "
+        "back (a `recv` of ours may hand back two workers' envs: two calls).",
         "",
         "| setting | env steps/s | driver CPU per call (µs) | workers' CPU per env step (µs) |",
         "|---|---:|---:|---:|",
@@ -322,7 +328,7 @@ def _report(
             lines.append(f"| {label} | {ratios(a, b)} |")
     fr_us, step_us = medians["ours first-ready"]["driver_us"], medians["ours lockstep"]["driver_us"]
     lines += [
-        f"| driver CPU per `recv` + `send` of 8 <= 45 µs | {fr_us:.0f} µs |",
+        f"| driver CPU per `recv` + `send`, per 8 envs handed back, <= 45 µs | {fr_us:.0f} µs |",
         f"| driver CPU per 2 x 8 `step` <= 60 µs | {step_us:.0f} µs |",
         f"| a worker's CPU per env step within 15% of a raw loop | {worker['ours_us']:.1f} µs "
         f"against {worker['raw_us']:.1f} µs: +{worker['overhead'] * 100:.1f}% |",
