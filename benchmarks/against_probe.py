@@ -189,12 +189,12 @@ def bare_first_ready(envs: Any, k: int, seconds: float) -> dict[str, float]:
 
 
 def _first_ready_run(
-    one: Callable[[int], int], seconds: float, workers: list[psutil.Process], k: int = 0
+    one: Callable[[int], int], seconds: float, workers: list[psutil.Process], k: int
 ) -> dict[str, float]:
     """`_result` of `one` (a round trip: the env steps it handed back) run for `seconds`.
 
     After 50 round trips not counted. The driver's CPU is per `k` env steps handed back (a
-    worker's round trip), or per call of `one` without `k`.
+    worker's round trip).
     """
     for t in range(50):
         one(t)
@@ -204,8 +204,7 @@ def _first_ready_run(
         steps += one(count)
         count += 1
     wall = time.perf_counter() - start
-    calls = max(steps // k, 1) if k else count
-    return _result(steps, wall, calls, cpu, workers, before)
+    return _result(steps, wall, max(steps // k, 1), cpu, workers, before)
 
 
 def _mlp(envs: Any) -> Callable[[Any], Any]:

@@ -199,12 +199,15 @@ def bare_first_ready(engine: Any, actions: list[Any]) -> tuple[Any, Any, Any]:
     answer_size = HEADER.size + RECORD.size
     worker_of = {fd: transports.index(transport) for fd, transport in by_fd.items()}
 
+    def ring(worker: int, t: int) -> None:
+        transport, (first, stop) = transports[worker], bounds[worker]
+        leaves[worker][...] = actions[t % len(actions)][first:stop]
+        transport._seq += 1
+        os.write(transport._go, HEADER.pack(transport._seq, RECORD.size) + DOORBELL)
+
     def start(t: int) -> None:
-        for worker, (first, stop) in enumerate(bounds):
-            transport = transports[worker]
-            leaves[worker][...] = actions[t % len(actions)][first:stop]
-            transport._seq += 1
-            os.write(transport._go, HEADER.pack(transport._seq, RECORD.size) + DOORBELL)
+        for worker in range(len(transports)):
+            ring(worker, t)
 
     def one(t: int) -> int:
         steps = 0
@@ -215,8 +218,7 @@ def bare_first_ready(engine: Any, actions: list[Any]) -> tuple[Any, Any, Any]:
             if size != answer_size or kind != 2:
                 raise SystemExit("an answer other than a status record: not comparable")
             worker = worker_of[fd]
-            transport = transports[worker]
-            transport._answered = seq
+            transports[worker]._answered = seq
             first, stop = bounds[worker]
             rows = slice(first, stop)
             store.observations[rows].copy(), store.rewards[rows].copy()
@@ -229,9 +231,7 @@ def bare_first_ready(engine: Any, actions: list[Any]) -> tuple[Any, Any, Any]:
                         column.values[rows].copy(),
                         column.mask[rows].copy(),
                     )
-            leaves[worker][...] = actions[t % len(actions)][first:stop]
-            transport._seq += 1
-            os.write(transport._go, HEADER.pack(transport._seq, RECORD.size) + DOORBELL)
+            ring(worker, t)
             steps += stop - first
         return steps
 
