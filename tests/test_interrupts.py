@@ -22,6 +22,7 @@ from ray_multiprocess_env import ClosedEnvError, GymnasiumVectorEnv, RayVectorEn
 from ray_multiprocess_env._engine.call_state import hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
+from ray_multiprocess_env._engine.failures import Failures
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes
 from ray_multiprocess_env._engine.seeds import SeedBook
@@ -109,8 +110,8 @@ RESET_ERROR_CODE: list[Callable[..., Any]] = [
     Lanes.read,
     ChannelTransport.read_lane,
     Calls.wait,
-    Calls.judge,
-    Calls.error,
+    Failures.judge,
+    Failures.error,
     ChannelTransport._settle_messages,
     ChannelTransport._received,
     ChannelTransport._take_infos,

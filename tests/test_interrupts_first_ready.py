@@ -20,6 +20,7 @@ from ray_multiprocess_env import GymnasiumVectorEnv
 from ray_multiprocess_env._engine import first_ready
 from ray_multiprocess_env._engine.call_state import CallState, hand_out, put_back, take_out
 from ray_multiprocess_env._engine.calls import Calls
+from ray_multiprocess_env._engine.failures import Failures
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED
 from ray_multiprocess_env._engine.lanes import Lane, Lanes
@@ -412,7 +413,7 @@ def test_ctrl_c_in_a_restart_inside_recv_leaves_every_env_in_flight(transport, m
         envs.send(np.ones(4, dtype=np.int64), [0, 1, 2, 3])
         fired: list[bool] = []
         with pytest.raises(KeyboardInterrupt):
-            with interrupt_at_line(Calls._replace, line_of(Calls._replace, moment)) as fired:
+            with interrupt_at_line(Failures._replace, line_of(Failures._replace, moment)) as fired:
                 envs.recv()
         assert fired
         assert envs._engine.busy_envs() == [0, 1, 2, 3]  # (private) all still in flight

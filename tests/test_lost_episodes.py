@@ -20,6 +20,7 @@ from ray_multiprocess_env import GymnasiumVectorEnv, RemoteEnvError, TianshouVec
 from ray_multiprocess_env._engine.call_state import CallState, State, hand_out
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.engine import Engine
+from ray_multiprocess_env._engine.failures import Failures
 from ray_multiprocess_env._engine.lost_episodes import LostEpisodes
 from ray_multiprocess_env._engine.transports.base import Outcome, Ticket
 from ray_multiprocess_env.faces.gymnasium import GymnasiumVectorEnv as GymFace
@@ -205,7 +206,7 @@ def test_a_report_survives_ctrl_c_while_the_replacement_answers(moment):
         envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
         fired = []
         with pytest.raises(KeyboardInterrupt):
-            with interrupt_at_line(Calls._replace, line_of(Calls._replace, moment)) as fired:
+            with interrupt_at_line(Failures._replace, line_of(Failures._replace, moment)) as fired:
                 envs.step(np.array([1, 1, 1, 1]))
         assert fired
         _, _, _, truncated, infos = envs.step(np.array([1, 1, 1, 1]))
@@ -220,11 +221,11 @@ def test_a_report_survives_ctrl_c_at_any_line_of_a_restart():
     with contextlib.closing(envs):
         envs.reset(seed=0)
         fired_in = 0
-        for line in lines_of(Calls._replace):
+        for line in lines_of(Failures._replace):
             envs.set_attr("taken", [1, ALIVE, ALIVE, ALIVE])  # worker 0 dies at its next step
             fired, result = [], None
             with contextlib.suppress(KeyboardInterrupt):
-                with interrupt_at_line(Calls._replace, line) as fired:
+                with interrupt_at_line(Failures._replace, line) as fired:
                     result = envs.step(np.array([1, 1, 1, 1]))
             fired_in += bool(fired)
             if result is None:  # (interrupted: the next step reports the lost episodes)

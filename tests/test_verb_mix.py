@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from ray_multiprocess_env import GymnasiumVectorEnv
-from ray_multiprocess_env._engine.step_verbs import StepVerbs
+from ray_multiprocess_env._engine.lockstep import LockstepVerbs
 from tests.envs import ShiftingInfoEnv
 from tests.envs_faults import FaultyShiftingEnv
 from tests.helpers import assert_same, transport_kinds
@@ -136,7 +136,7 @@ class _Mix:
         if fault.gate is not None:
             if separately:
                 self.envs.step_async(actions)
-                out = self.cut(StepVerbs.step_wait, fault.gate, self.envs.step_wait)
+                out = self.cut(LockstepVerbs.step_wait, fault.gate, self.envs.step_wait)
             else:
                 step = functools.partial(self.envs.step, actions)
                 out = self.cut(GymnasiumVectorEnv.step, fault.gate, step)

@@ -1,11 +1,11 @@
 """Calls to workers: launch one operation per worker, wait under one deadline, judge once.
 
 A call is launched on the workers it concerns (`Calls.launch`: all or nothing, even under
-Ctrl-C), waited for (`Calls.wait`), and its outcomes are judged in one place (`Calls.judge`):
-a dead or late worker is restarted there (``on_actor_failure="restart"``) and the same
-operation sent to its replacement, whose envs report their lost episodes as truncated;
-otherwise the error is raised, naming the env indices and the method, chained to the worker's
-own error. Failures arrive as values (`Outcome`), never as exceptions thrown across the engine.
+Ctrl-C) and waited for (`Calls.wait`); its outcomes are judged in one place
+(`Failures.judge`, `failures.py`), which restarts a dead or late worker or raises one error.
+The calls that are not steps (`apply` of an env method, `describe`, closing the envs) go this
+way only; a step or a reset is launched here where the lanes cannot ring it
+(`lanes.py`), and its answers are read there while all is well.
 """
 
 from __future__ import annotations
@@ -14,32 +14,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray_multiprocess_env._engine.call_state import Call
+from ray_multiprocess_env._engine.failures import Failures
 from ray_multiprocess_env._engine.interrupts import deferred_interrupts
-from ray_multiprocess_env._engine.pool import RETRIED, Pool
+from ray_multiprocess_env._engine.pool import Pool
 from ray_multiprocess_env._engine.results import EngineSpec
-from ray_multiprocess_env._engine.transports.base import Ticket, deadline_in
+from ray_multiprocess_env._engine.transports.base import Ticket
 from ray_multiprocess_env._engine.transports.waiting import wait_tickets
 from ray_multiprocess_env._protocol import space_match
-from ray_multiprocess_env.errors import (
-    EnvCrashedError,
-    RemoteEnvError,
-    SpacesMismatchError,
-    _EnvFailures,
-    env_list,
-    process_ended,
-)
+from ray_multiprocess_env.errors import SpacesMismatchError, env_list
 
-__all__ = [
-    "Calls",
-    "partial_replies",
-]
+__all__ = ["Calls"]
 
 
 class Calls:
-    """Launching, waiting on and judging the calls to one pool's workers."""
+    """Launching and waiting on the calls to one pool's workers (judged by `failures`)."""
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+        self.failures = Failures(pool)
 
     def launch(
         self,
@@ -83,7 +75,7 @@ class Calls:
                     lost_episodes.rearm(worker.transport, ticket, worker.envs.start)
                     worker.transport.submit(ticket, data)
             except BaseException:
-                self.abandon(call)
+                self.failures.abandon(call)
                 raise
         return call
 
@@ -110,13 +102,13 @@ class Calls:
             seconds, deadline = self.pool.deadline_for(call.tickets, seconds, deadline)
             wait_tickets(call.tickets, deadline, len(call.tickets))
             ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
-            values = self.judge(call, seconds, resumable, timeout is None, ends)
+            values = self.failures.judge(call, seconds, resumable, timeout is None, ends)
         except TimeoutError:
             if not resumable:
-                self.abandon(call)
+                self.failures.abandon(call)
             raise
         except BaseException:
-            self.abandon(call)
+            self.failures.abandon(call)
             raise
         results: list[Any] = [None] * len(self.pool.workers)
         for ticket, value in zip(call.tickets, values, strict=True):
@@ -233,185 +225,6 @@ class Calls:
             return None
         errors = [t for t in failed if t.outcome is not None]
         if errors:
-            return self.error(Call("close", "close", failed), errors)
+            return self.failures.error(Call("close", "close", failed), errors)
         late = env_list(sorted(i for t in failed for i in t.envs))
         return TimeoutError(f"`close` timed out after {seconds} s: env(s) {late} did not answer.")
-
-    def abandon(self, call: Call) -> None:
-        """Give `call` up: replies still to come for it are dropped.
-
-        The reports its steps carried are owed (`LostEpisodes.owe_tickets`): it did not
-        reach the user.
-        """
-        for ticket in call.tickets:
-            if ticket.outcome is None and ticket.transport is not None:
-                ticket.transport.forget(ticket)
-        self.pool.lost_episodes.owe_tickets(call.tickets)
-
-    # -- judging outcomes (the one place that decides: result, restart or raise) -------------
-    def judge(
-        self,
-        call: Call,
-        seconds: float | None,
-        resumable: bool,
-        restart_late: bool = False,
-        deadline: float | None = None,
-    ) -> list[Any]:
-        """The values of `call`'s tickets, after restarting lost workers; or the error.
-
-        A worker that died is restarted (with ``on_actor_failure="restart"``) by the call's
-        `deadline`; one that is late only when `restart_late` (the vector env's own `timeout`
-        ran out, not a shorter one given to this wait). Without a `deadline` (a wait given a
-        shorter timeout of its own), and for a late worker (the call's time is spent), the
-        replacement gets the options' `bound`.
-        """
-        tickets = call.tickets
-        if all(t.outcome is not None and t.outcome.ok for t in tickets):  # the usual case
-            return [t.outcome.value for t in tickets]  # type: ignore[union-attr]
-        lost = [
-            t
-            for t in call.tickets
-            if (t.outcome is None and restart_late) or (t.outcome is not None and t.outcome.died)
-        ]
-        if lost and self.pool.can_restart:
-            if deadline is None or any(t.outcome is None for t in lost):
-                deadline = deadline_in(self.pool.options.bound)
-            self._replace(call, lost, deadline)
-        failures = [t for t in call.tickets if t.outcome is not None and not t.outcome.ok]
-        if failures:
-            raise self.error(call, failures)
-        late = sorted(i for t in call.tickets if t.outcome is None for i in t.envs)
-        if late:
-            again = (
-                " The envs that answered keep their results: call `step_wait` again to wait longer."
-                if resumable
-                else " Their call is still running: the next call to them waits behind it."
-            )
-            raise TimeoutError(
-                f"`{call.label}` timed out after {seconds} s: env(s) {env_list(late)} did not "
-                "answer."
-                f"{again} Raise `timeout` if the env is slow, or close this vector env "
-                "(`on_actor_failure='restart'` restarts such workers instead)."
-            )
-        return [t.outcome.value for t in call.tickets if t.outcome is not None]
-
-    def _replace(self, call: Call, lost: list[Ticket], deadline: float | None) -> None:
-        """Restart the workers of `lost` tickets and give each ticket its replacement's answer.
-
-        Each replacement is placed, started and connected within `restart_bound` of its
-        restart (`timeout`, at least 30 s: a process start takes seconds on a busy machine,
-        whatever the call's `timeout`), or by `deadline` if that is later; the replacements'
-        answers by `deadline`, or `bound` after the restarts.
-        """
-        retries: list[Ticket] = []
-        pool = self.pool
-        try:
-            for ticket in lost:
-                if ticket.outcome is None and ticket.transport is not None:
-                    ticket.transport.forget(ticket)
-                why = "did not answer in time" if ticket.outcome is None else "died"
-                cause = ticket.outcome.error if ticket.outcome is not None else None
-                start_by = _later(deadline, deadline_in(pool.options.restart_bound))
-                pool.restart(ticket.worker, ticket.generation, call.label, why, cause, start_by)
-                worker = pool.workers[ticket.worker]
-                retry = Ticket(
-                    ticket.worker,
-                    worker.generation,
-                    ticket.op,
-                    ticket.args,
-                    ticket.envs,
-                    ticket.shared_args,
-                )
-                with deferred_interrupts():  # (a report sent but not read: sent again later)
-                    pool.lost_episodes.rearm(worker.transport, retry, worker.envs.start)
-                    worker.transport.submit(retry)
-                    retries.append(retry)
-            answer_by = _later(deadline, deadline_in(pool.options.bound))
-            wait_tickets(retries, answer_by, len(retries))
-        except BaseException:  # (interrupted, or a restart failed: the reports stay owed)
-            for ticket, retry in zip(lost, retries, strict=False):  # the answers already in
-                if retry.outcome is not None and not retry.outcome.died:
-                    ticket.outcome, ticket.generation = retry.outcome, retry.generation
-            self.abandon(Call(call.op, call.label, retries))
-            raise
-        failed: list[Ticket] = []
-        for ticket, retry in zip(lost, retries, strict=True):
-            if retry.outcome is None or retry.outcome.died:
-                if retry.outcome is None and retry.transport is not None:
-                    retry.transport.forget(retry)
-                # given up: its lost episode is reported by the next replacement, not lost
-                self.pool.give_up(self.pool.workers[ticket.worker])
-                failed.append(retry)
-            else:
-                ticket.outcome, ticket.generation = retry.outcome, retry.generation
-        if failed:
-            first = failed[0].outcome
-            raise EnvCrashedError(
-                failed[0].envs[0],
-                call.label,
-                (first.error if first is not None else None)
-                or TimeoutError("the restarted worker did not answer"),
-                env_indices=[env for retry in failed for env in retry.envs],
-                next_step=RETRIED,
-            )
-
-    def error(self, call: Call, failures: list[Ticket]) -> RemoteEnvError:
-        """The error of `call` naming every env of the `failures` (the call is given up)."""
-        self.abandon(call)
-        named: list[tuple[list[int], BaseException, bool]] = []
-        for ticket in failures:
-            assert ticket.outcome is not None
-            error = ticket.outcome.error or RuntimeError("no error was reported")
-            cause = getattr(error, "cause", None)
-            envs = cause.env_indices if isinstance(cause, _EnvFailures) else list(ticket.envs)
-            named.append((envs, error, ticket.outcome.died))
-            worker = self.pool.workers[ticket.worker]
-            if worker.generation == ticket.generation and process_ended(error):
-                worker.gone = True  # (`close` does not ask it to close its envs)
-        first_envs, first_error, _ = named[0]
-        kind = EnvCrashedError if any(died for _, _, died in named) else RemoteEnvError
-        indices = [i for envs, _, _ in named for i in envs]
-        error = kind(
-            first_envs[0],
-            call.label,
-            first_error,
-            env_indices=indices,
-            num_envs=self.pool.num_envs,
-            next_step=_RESTART_HINT
-            if self.pool.has_factories and not self.pool.can_restart
-            else None,
-        )
-        error.__cause__ = first_error
-        return error
-
-
-#: What the error of a worker the library made, found dead with no restart, says to do next.
-_RESTART_HINT = (
-    'pass `on_actor_failure="restart"` to have a lost worker restarted with its envs reset '
-    "(docs/failures.md), or make the vector env again."
-)
-
-
-def _later(deadline: float | None, other: float | None) -> float | None:
-    """The later of two deadlines (None: no deadline, the latest of all)."""
-    return None if deadline is None or other is None else max(deadline, other)
-
-
-def partial_replies(call: Call) -> dict[int, Any] | None:
-    """What each worker of a failed `call` answered (its reply, or its envs' partial reply).
-
-    None unless every worker of the call answered: a worker that died or is late has none.
-    """
-    replies: dict[int, Any] = {}
-    for ticket in call.tickets:
-        outcome = ticket.outcome
-        if outcome is None or outcome.died:
-            return None
-        cause = getattr(outcome.error, "cause", None)
-        if outcome.ok:
-            replies[ticket.worker] = outcome.value
-        elif isinstance(cause, _EnvFailures) and cause.partial is not None:
-            replies[ticket.worker] = cause.partial
-        else:
-            return None
-    return replies

@@ -1,7 +1,7 @@
 """`Engine`: the workers of one vector env, spoken to in whole batches.
 
 The faces (`RayVectorEnv`, `GymnasiumVectorEnv`, `SB3VecEnv`) use only these verbs: `reset`,
-`async_reset`, `step` (one verb), `step_async`/`step_wait` and `step_envs` (`step_verbs.py`),
+`async_reset`, `step` (one verb), `step_async`/`step_wait` and `step_envs` (`lockstep.py`),
 first-ready `send`/`recv` (`first_ready.py`), `call` on envs, `seed`, `close`, and `spec`,
 `closed`, `workers`, `node_ids`. Each verb checks the one call state
 (`CallState`), takes per-env arguments, splits them per worker itself, and returns one `Batch`:
@@ -38,11 +38,11 @@ from ray_multiprocess_env._engine.call_state import (
 from ray_multiprocess_env._engine.calls import Calls
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
+from ray_multiprocess_env._engine.lockstep import LockstepVerbs
 from ray_multiprocess_env._engine.options import Options
 from ray_multiprocess_env._engine.pool import Launcher, Pool
 from ray_multiprocess_env._engine.ray_launcher import actor_pool, start_pool
 from ray_multiprocess_env._engine.results import Batch, EngineSpec, WorkerInfo
-from ray_multiprocess_env._engine.step_verbs import StepVerbs
 from ray_multiprocess_env._engine.store import BatchStore
 from ray_multiprocess_env._engine.transports.base import deadline_in
 from ray_multiprocess_env._protocol.shared_layout import shared_memory_supported
@@ -57,7 +57,7 @@ _CLOSE_S = 30.0
 PerEnv = Sequence[Any]
 
 
-class Engine(StepVerbs):
+class Engine(LockstepVerbs):
     """The workers of one vector env and the calls to them (see the module docstring).
 
     Args:
@@ -83,6 +83,7 @@ class Engine(StepVerbs):
         words: InFlightWords = SEND_RECV,
     ) -> None:
         self._pool, self._calls = pool, Calls(pool)
+        self._failures = self._calls.failures
         self._state = CallState(name, words)
         self._has_method: dict[str, list[bool]] = {}
         self._store: BatchStore | None = None
@@ -293,8 +294,8 @@ class Engine(StepVerbs):
             if not self.closed:  # (a second `close`, after a Ctrl-C: only the release is left)
                 pending, in_flight = self._state.close()
                 if pending is not None:
-                    self._calls.abandon(pending)
-                self._calls.abandon(Call("close", "close", in_flight))
+                    self._failures.abandon(pending)
+                self._failures.abandon(Call("close", "close", in_flight))
                 if close_envs and self._pool.launcher.reachable():
                     self._close_envs(kill)
         finally:

@@ -14,7 +14,7 @@ them in flight, answered, for the next `recv`).
 Anything else is sent as a pickled call (`Calls.launch`), and a `recv` that the read leaves
 (an env error, a death, infos off the columns, the deadline, a worker replaced, a transport
 with no lanes) takes the failures branch after it (`_first`): it waits on the same tickets,
-settled already or still to come, and judges those that finished as `Calls.judge` does for a
+settled already or still to come, and judges those that finished as `Failures.judge` does for a
 whole call: a dead worker is restarted there, an env error raised while the envs that
 answered fine wait for the next `recv`.
 """
@@ -38,6 +38,7 @@ from ray_multiprocess_env._engine.call_state import (
     take_out,
 )
 from ray_multiprocess_env._engine.calls import Calls
+from ray_multiprocess_env._engine.failures import Failures
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.lanes import Lanes
 from ray_multiprocess_env._engine.options import check_wait
@@ -70,6 +71,7 @@ class FirstReadyVerbs:
     spec: EngineSpec
     _pool: Pool
     _calls: Calls
+    _failures: Failures  # (`_calls`'s: the failures branch of every call)
     _state: CallState
     _store: BatchStore | None
     _owner: list[int]  # each env's worker
@@ -294,7 +296,7 @@ class FirstReadyVerbs:
         call = Call("step", words.recv, done)
         ends = deadline if timeout is None else None  # (a shorter wait: the options' bound)
         try:
-            values = self._calls.judge(call, seconds, False, deadline=ends)
+            values = self._failures.judge(call, seconds, False, deadline=ends)
         except KeyboardInterrupt:  # (in a restart) every call stays in flight: the next
             raise  # `recv` restarts what is still lost, and returns every env
         except BaseException:  # (an env error, or a restart that failed) the envs that raised

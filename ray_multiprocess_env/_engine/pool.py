@@ -56,7 +56,7 @@ class Worker:
         self.env_list = list(envs)
         self.generation = 0
         self.lost = False  # killed without a replacement (a restart failed or was given up)
-        self.gone = False  # its process is known to have ended (`Calls.error`): not asked again
+        self.gone = False  # its process is known to have ended (`Failures.error`): not asked again
         self.node_id: str | None = None
 
     @property

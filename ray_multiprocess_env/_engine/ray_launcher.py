@@ -312,7 +312,7 @@ class RayLauncher:
         placement = self.options.placement
         where = f" with `placement={placement!r}`" if placement is not None else ""
         envs = [i for worker in workers for i in worker.envs]
-        if label != "start":  # (a restart: `Calls._replace` gives it `restart_bound`)
+        if label != "start":  # (a restart: `Failures._replace` gives it `restart_bound`)
             within = f"within {self.options.restart_bound:g} s of the restart"
         elif self.options.start_bound is not None:
             within = f"within {self.options.start_bound:g} s"

@@ -1,4 +1,7 @@
-"""The step verbs of the `Engine`: `step` (one verb), `step_async`/`step_wait`, `step_envs`.
+"""The lockstep verbs of the `Engine`: `step` (one verb), `step_async`/`step_wait`, `step_envs`.
+
+Each sends a step and waits for every env it steps: first-ready with the whole batch
+(`Lanes.read` waiting for every ticket), where `first_ready.py` waits for the first envs in.
 
 A face's `step` is one engine verb: it sends and waits, so a Ctrl-C can never split it into a
 step left pending that the user did not start (a `TimeoutError` does leave it pending, as
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ray_multiprocess_env._engine.call_state import Call, T, as_is, hand_out
-from ray_multiprocess_env._engine.calls import partial_replies
+from ray_multiprocess_env._engine.failures import partial_replies
 from ray_multiprocess_env._engine.first_ready import FirstReadyVerbs
 from ray_multiprocess_env._engine.interrupts import DEFERRED, deferred_interrupts
 from ray_multiprocess_env._engine.options import check_wait
@@ -24,11 +27,11 @@ from ray_multiprocess_env._engine.splits import ticket_positions
 from ray_multiprocess_env._engine.transports.base import deadline_in
 from ray_multiprocess_env.errors import RemoteEnvError
 
-__all__ = ["StepVerbs"]
+__all__ = ["LockstepVerbs"]
 
 
-class StepVerbs(FirstReadyVerbs):
-    """The step verbs of `Engine` (which provides the attributes of `FirstReadyVerbs`)."""
+class LockstepVerbs(FirstReadyVerbs):
+    """The lockstep verbs of `Engine` (which provides the attributes of `FirstReadyVerbs`)."""
 
     def step(
         self,
@@ -92,14 +95,14 @@ class StepVerbs(FirstReadyVerbs):
     def _given_up(self, call: Call | None) -> None:
         """A Ctrl-C ended a step verb after `call` was sent (or taken): the step is given up.
 
-        Its envs owe what it carried (`Calls.abandon`), wherever the Ctrl-C landed: in the
+        Its envs owe what it carried (`Failures.abandon`), wherever the Ctrl-C landed: in the
         verb's guarded block (where `_read` has it abandoned already: once more does
         nothing), between that block and the failures branch's wait, after the wait, or
         after the hand-out returned; the user has no results. Not a step that a timeout made
         pending again (`_wait_slow`, for `step` and `step_wait`): it stays waitable.
         """
         if call is not None and self._state.pending is not call:
-            self._calls.abandon(call)
+            self._failures.abandon(call)
 
     def _read(self, call: Call, deadline: float | None, env_ids: Any = None) -> Batch | None:
         """`call`'s step's batch if every worker answered in place (None: the failures branch's).
@@ -111,17 +114,17 @@ class StepVerbs(FirstReadyVerbs):
         the call to the failures branch, which waits on the same tickets and judges them
         (`_wait_slow`, `Calls.wait`). Call it in the caller's block that holds interrupts back
         (the outermost one), where the step was sent or taken and its batch is handed out: a
-        Ctrl-C gives the step up, its envs owing what it carried (`Calls.abandon`), and so does
+        Ctrl-C gives the step up, its envs owing what it carried (`Failures.abandon`), and so does
         anything raised out of the read.
         """
-        DEFERRED.undo_on_interrupt(self._calls.abandon, call)
+        DEFERRED.undo_on_interrupt(self._failures.abandon, call)
         lanes = self._lanes
         try:
             if lanes is None or lanes.now() is None or not lanes.read(call.tickets, None, deadline):
                 return None
             return lanes.batch(call.tickets, env_ids)
         except BaseException:  # (what a SIGINT handler of the user's own raises, say)
-            self._calls.abandon(call)
+            self._failures.abandon(call)
             raise
 
     def _wait_slow(
