@@ -1,11 +1,12 @@
-"""Calls to workers: launch one operation per worker, wait under one deadline, judge once.
+"""Calls to workers: launch one operation per worker as a pickled message, wait for them all.
 
 A call is launched on the workers it concerns (`Calls.launch`: all or nothing, even under
-Ctrl-C) and waited for (`Calls.wait`); its outcomes are judged in one place
-(`Failures.judge`, `failures.py`), which restarts a dead or late worker or raises one error.
-The calls that are not steps (`apply` of an env method, `describe`, closing the envs) go this
-way only; a step or a reset is launched here where the lanes cannot ring it
-(`lanes.py`), and its answers are read there while all is well.
+Ctrl-C) and waited for under one deadline (`Calls.wait`), which hands its outcomes to the one
+place that judges them (`Failures.judge`, `failures.py`): the values, or a restart of a dead or
+late worker, or one error. Every reset and every call that is not a step (`apply` of an env
+method, `describe`, closing the envs) is launched here; a step only where the lanes cannot ring
+it (`lanes.py`). Where the lanes read the answers (a step's or a reset's, while all is well),
+they hand a step out without `Calls.wait`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,16 @@
 """A call's failures: judged in one place, after its tickets are read or waited for.
 
-The failures branch of every call. Entered only when an answer is not in place: an env that
-raised, a worker that died or did not answer by the deadline. `Failures.judge` decides once per
-call: a dead or late worker is restarted (``on_actor_failure="restart"``) and the same
-operation sent to its replacement, whose envs report their lost episodes as truncated;
-otherwise one error is raised, naming the env indices and the method, chained to the worker's
-own error (its traceback kept). Failures arrive as values (`Outcome`), never as exceptions
-thrown across the engine. A call given up (an error, a timeout, a Ctrl-C, a close) is
-`Failures.abandon`'s: replies still to come are dropped, and the lost-episode reports it
-carried are owed again.
+The failures branch of every call. A step that the lanes read in place never comes here; every
+call that `Calls.wait` waits for (a reset, an env method, a step off the lanes) and every
+first-ready `recv` that the lanes leave does, and passes at once when every answer is OK. Else
+(an env that raised, a worker that died or did not answer by the deadline) `Failures.judge`
+decides once per call: a dead or late worker is restarted (``on_actor_failure="restart"``) and
+the same operation sent to its replacement, whose envs report their lost episodes as
+truncated; otherwise one error is raised, naming the env indices and the method, chained to
+the worker's own error (its traceback kept). Failures arrive as values (`Outcome`), never as
+exceptions thrown across the engine. A call given up (an error, a timeout, a Ctrl-C, a close)
+is `Failures.abandon`'s: replies still to come for it are dropped, and the lost-episode reports
+it carried are owed again.
 """
 
 from __future__ import annotations

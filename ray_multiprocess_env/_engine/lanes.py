@@ -18,11 +18,11 @@ while ``poll`` blocks, where nothing is half read.
 
 Anything but an answer of everything in place (an env error, a death, infos off the columns),
 a timeout, a message the socket took only part of (TCP's, with its action rows), or a close
-leaves the call to the failures branch (`Calls`): its tickets are settled by their replies,
-read already or still to come, as if it had sent them. A step is read here however it was
-sent, rung or as a pickled call (`Engine._read`). A worker that keeps an info dict per env
-(SB3's and Tianshou's layout) answers with a record too, with the pickle of those dicts after
-it (`INFOS`, `status.answer_infos`): its only pickle.
+leaves the call to the failures branch (`Calls.wait`, then `Failures.judge`): its tickets
+are settled by their replies, read already or still to come, as if it had sent them. A step
+is read here however it was sent, rung or as a pickled call (`Engine._read`). A worker that
+keeps an info dict per env (SB3's and Tianshou's layout) answers with a record too, with the
+pickle of those dicts after it (`INFOS`, `status.answer_infos`): its only pickle.
 """
 
 from __future__ import annotations

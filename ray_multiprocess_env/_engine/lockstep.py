@@ -162,7 +162,8 @@ class LockstepVerbs(FirstReadyVerbs):
 
         `envs`: the envs it ran, if not all (`step_envs`, a masked reset); the batch has
         only their rows, unless `every_env` (a reset's batch has every env's rows). For the
-        hand-out (`hand_out`) of a call `Calls.wait` judged: the result is made in its block
+        hand-out (`hand_out`) of a call `Calls.wait` waited for (and `Failures.judge` judged): the
+        result is made in its block
         (a Ctrl-C before it has returned owes the reports it carried again).
         """
         if self._store is None:
