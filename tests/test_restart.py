@@ -16,6 +16,7 @@ from gymnasium.vector import AutoresetMode
 from ray_multiprocess_env import (
     EnvCrashedError,
     GymnasiumVectorEnv,
+    NoPendingCallError,
     RayVectorEnv,
     SB3VecEnv,
 )
@@ -192,6 +193,54 @@ def test_two_calls_in_flight_to_one_dead_worker_restart_it_once(caplog):
     assert truncated == (True, True)
     assert caplog.text.count("restarting it") == 1
     vec.close()
+
+
+def _recv_into(vec, truncated, crashed, **kwargs):
+    """One pfrl-style `recv`: each env's truncation flag and `env_crashed` info, by env."""
+    env_ids, (_, _, _, flags, infos) = vec.recv(**kwargs)
+    for env, flag, info in zip(env_ids, flags, infos, strict=True):
+        truncated[env], crashed[env] = flag, bool(info.get("env_crashed"))
+
+
+def _recv_until_error(vec, truncated, crashed):
+    """`recv` of one env at least, again and again, until it raises."""
+    while True:
+        _recv_into(vec, truncated, crashed, batch_size=1)
+
+
+def test_a_restart_past_its_budget_leaves_another_lost_workers_envs_for_the_next_recv():
+    """Two workers lost in one `recv`, one of them past `max_restarts`: nothing else is lost.
+
+    Worker 1 used its one restart; then workers 0 and 1 die together. The error names env 1
+    only; env 0 (its worker restarted in that `recv`) comes back from the next `recv` with its
+    lost episode, and env 2 comes back too: each env sent is returned or named.
+    """
+    vec = RayVectorEnv.from_env_fns(
+        [FlakyEnv] * 3, envs_per_worker=1, on_actor_failure="restart", max_restarts=1
+    )
+    try:
+        vec.async_reset()
+        vec.recv()
+        _kill(vec, 1)
+        vec.send([1, 1, 1], [0, 1, 2])
+        assert vec.recv()[0] == [0, 1, 2]  # (worker 1 restarted: its one restart)
+        pids = worker_pids(vec)
+        _kill(vec, 0, pids[0])
+        _kill(vec, 1, pids[1])
+        vec.send([1, 1, 1], [0, 1, 2])
+        truncated: dict[int, bool] = {}  # (env: its truncation flag, as `recv` returned it)
+        crashed: dict[int, bool] = {}  # (env: whether its info said `env_crashed`)
+        with pytest.raises(EnvCrashedError, match=r"max_restarts=1") as caught:
+            _recv_until_error(vec, truncated, crashed)  # (env 2 may come back first)
+        assert list(caught.value.env_indices) == [1]
+        while 0 not in truncated or 2 not in truncated:
+            _recv_into(vec, truncated, crashed)
+        assert truncated == {0: True, 2: False}
+        assert crashed[0]  # (env 0's episode, lost with its worker, reported)
+        with pytest.raises(NoPendingCallError):  # (nothing left in flight)
+            vec.recv()
+    finally:
+        vec.close()
 
 
 def test_a_restarted_env_gets_a_seed_derived_from_its_last():

@@ -299,10 +299,15 @@ class FirstReadyVerbs:
             values = self._failures.judge(call, seconds, False, deadline=ends)
         except KeyboardInterrupt:  # (in a restart) every call stays in flight: the next
             raise  # `recv` restarts what is still lost, and returns every env
-        except BaseException:  # (an env error, or a restart that failed) the envs that raised
-            # or were lost leave flight (a lost worker's report stays owed); the others'
-            # answers wait for the next `recv`
+        except BaseException as error:  # (an env error, or a restart that failed) the envs
+            # that raised or were lost, and that the error names, leave flight (a lost worker's
+            # report stays owed); the others' answers wait for the next `recv`, and so do the
+            # failures it does not name: a restart that failed raises at once, naming only its
+            # own worker's envs, and the next `recv` judges the rest again (a worker restarted
+            # before it is sent the step once more; an env error is raised then)
             failed = [t for t in done if t.outcome is None or not t.outcome.ok]
+            named = set(getattr(error, "env_indices", None) or ())
+            failed = [t for t in failed if not named.isdisjoint(t.envs)] or failed
             with deferred_interrupts():
                 self._state.take(failed)
                 self._state.put_in_flight(_siblings(failed))
