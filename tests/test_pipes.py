@@ -1,7 +1,8 @@
 """The framing of the pipes and the TCP stream: the driver's `Inbox` takes out whole messages only.
 
 However the bytes arrive: one read may end inside a header, hold several messages, or part of one;
-over a pipe and over a connected socket (the stream's), whose end may also be a reset.
+over a pipe and over a connected socket (the stream's), whose end may also be a reset. And what a
+worker's reply becomes when it cannot be serialized.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import contextlib
 import os
 import socket
 import struct
+import threading
 
 import numpy as np
 import pytest
 
-from ray_multiprocess_env._protocol.pipes import HEADER, Inbox, dumps, loads
+from ray_multiprocess_env._protocol import status
+from ray_multiprocess_env._protocol.infos import Piece
+from ray_multiprocess_env._protocol.pipes import HEADER, Inbox, dumps, encode_result, loads
 
 
 @pytest.fixture(params=["pipe", "socket"])
@@ -111,3 +115,37 @@ def test_numpy_scalars_come_back_with_their_type_and_bits():
         assert got.tobytes() == sent.tobytes()
     assert back_infos == infos
     assert type(back_infos[0]["y"]) is np.float32
+
+
+@pytest.mark.parametrize("layout", ["per_env", "batched"])
+def test_a_reply_that_cannot_be_serialized_keeps_the_other_envs_infos(layout):
+    """An env whose info holds a lock is named; the reply of the others rides with the error.
+
+    Worker envs 10, 11 and 12; env 11's info cannot be pickled. The error names env 11 only,
+    and its `partial` is the same reply without env 11's infos (an info dict per env, or
+    gymnasium's batched pieces), so a first-ready `recv` can hand out envs 10 and 12.
+    """
+    lock = threading.Lock()
+    if layout == "per_env":
+        infos: object = {0: {"a": 1}, 1: {"a": 2, "lock": lock}, 2: {"a": 3}}
+    else:
+        objects = np.empty(3, dtype=object)
+        objects[:] = ["x", lock, "z"]
+        pieces = [
+            Piece(("a",), "typed", np.arange(3), np.array([1, 2, 3]), int),
+            Piece(("o",), "object", np.arange(3), objects),
+        ]
+        infos = (pieces, 0)
+    reply = status.Reply(None, None, None, None, infos, False)
+    ok, (error, _) = loads(encode_result(True, reply, [10, 11, 12], "step"))
+    assert not ok
+    assert error.env_indices == [11]
+    partial = error.partial
+    if layout == "per_env":
+        assert partial.infos == {0: {"a": 1}, 2: {"a": 3}}
+    else:
+        kept, written = partial.infos
+        assert written == 0
+        assert [piece.positions.tolist() for piece in kept] == [[0, 2], [0, 2]]
+        assert kept[0].values.tolist() == [1, 3]
+        assert kept[1].values.tolist() == ["x", "z"]

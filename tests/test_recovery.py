@@ -21,7 +21,7 @@ from ray_multiprocess_env import GymnasiumVectorEnv, RayVectorEnv, RemoteEnvErro
 from ray_multiprocess_env._engine.options import TRANSPORT_VARIABLE
 from ray_multiprocess_env._engine.transports.base import Outcome
 from ray_multiprocess_env._engine.transports.channel import ChannelTransport
-from tests.envs import FlakyEnv, bounded_flaky_env
+from tests.envs import FlakyEnv, UnpicklableInfoEnv, bounded_flaky_env
 from tests.envs_faults import DyingEnv, FaultyShiftingEnv
 from tests.helpers import answer_waits, memory_files, transport_kinds
 
@@ -57,6 +57,28 @@ def test_recv_after_an_env_error_returns_the_failed_envs_siblings(transport):
         envs.reset(options={"reset_mask": np.array([False, True, False, False])})
         envs.send(np.array([1, 1, 1, 1]), [0, 1, 2, 3])
         assert _gymnasium_recv(envs) == {0: 2.0, 1: 1.0, 2: 3.0, 3: 3.0}
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("transport", ["auto", "pipe", "tcp"])
+def test_recv_after_an_info_that_cannot_be_serialized_returns_the_other_envs(transport):
+    """3 envs in one worker, env 2's info holds a lock: the error names env 2 alone.
+
+    Its worker's other envs stepped well: the next `recv` returns them, stepped once (their
+    reply came with the error, as an env error's siblings do), and env 2 steps on after.
+    """
+    envs = GymnasiumVectorEnv([UnpicklableInfoEnv] * 3, envs_per_worker=3, transport=transport)
+    try:
+        envs.async_reset()
+        envs.recv()
+        envs.send(np.array([1, 1, 2]), [0, 1, 2])
+        with pytest.raises(RemoteEnvError, match=r"env 2 failed in `recv`.*serializ") as caught:
+            envs.recv()
+        assert list(caught.value.env_indices) == [2]
+        assert _gymnasium_recv(envs) == {0: 1.0, 1: 1.0}
+        envs.send(np.array([1, 1, 1]), [0, 1, 2])
+        assert _gymnasium_recv(envs) == {0: 2.0, 1: 2.0, 2: 3.0}
     finally:
         envs.close()
 

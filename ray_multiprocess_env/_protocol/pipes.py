@@ -147,7 +147,11 @@ def encode_reply(seq: int, ok: bool, value: Any, env_indices: list[int], op: str
 
 
 def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> bytes:
-    """A reply's payload; a value that cannot be serialized becomes an error naming why."""
+    """A reply's payload; a value that cannot be serialized becomes an error naming why.
+
+    The error names the envs whose part of it cannot be (all, if none stands out), and carries
+    the reply of the others where it is a step's or a reset's (`_without_infos_of`).
+    """
     if ok and status.in_place(value):  # (a step or reset with everything in place)
         return status.answer(value.infos[1], value.old_api)
     if ok and status.infos_in_place(value):  # (rows in place, an info dict per env)
@@ -162,8 +166,13 @@ def encode_result(ok: bool, value: Any, env_indices: list[int], op: str) -> byte
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         message = f"the result of `{op}` cannot be serialized: {type(err).__name__}: {err}"
         failures = [(i, type(err).__name__, message, text) for i in culprits]
-        error = _EnvFailures(op, failures)
-        return dumps((False, (error, str(error))))
+        partial = _without_infos_of(value, culprits, env_indices) if ok else None
+        try:  # (the others' results ride along, as an env error's do: `_EnvFailures.partial`)
+            error = _EnvFailures(op, failures, partial=partial)
+            return dumps((False, (error, str(error))))
+        except Exception:
+            error = _EnvFailures(op, failures)
+            return dumps((False, (error, str(error))))
 
 
 def infos_answer(payload: Any) -> tuple[dict[int, Any], bool] | None:
@@ -222,6 +231,34 @@ def _unserializable_envs(value: Any, env_indices: list[int]) -> list[int]:
             bad.append(index)
     named = [i for i in bad if i >= 0]
     return named or list(env_indices)
+
+
+def _without_infos_of(value: Any, culprits: list[int], env_indices: list[int]) -> Any:
+    """A step's or reset's `value` without the infos of the envs `culprits`; None if it cannot be.
+
+    The reply of the other envs, which a first-ready `recv` hands out after the error names the
+    culprits (and a step's error carries): None unless `value` is a `status.Reply` and some env
+    is not a culprit (an observation that cannot be serialized names every env).
+    """
+    if type(value) is not status.Reply:
+        return None
+    bad = {k for k, env in enumerate(env_indices) if env in culprits}
+    if len(bad) == len(env_indices):
+        return None
+    infos = value.infos
+    if isinstance(infos, tuple):  # batched: (pieces, the columns written)
+        pieces: list[Piece] = []
+        for piece in infos[0] or []:
+            keep = np.array([p not in bad for p in piece.positions.tolist()], dtype=bool)
+            if keep.all():
+                pieces.append(piece)
+            elif keep.any():
+                values = None if piece.values is None else piece.values[keep]
+                pieces.append(piece._replace(positions=piece.positions[keep], values=values))
+        infos = (pieces or None, infos[1])
+    elif isinstance(infos, dict):  # an info dict per env, by position
+        infos = {k: info for k, info in infos.items() if k not in bad}
+    return value._replace(infos=infos)
 
 
 # -- the worker's end ----------------------------------------------------------------------------
