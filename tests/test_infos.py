@@ -267,3 +267,18 @@ def test_two_infos_of_one_env_in_one_call_keep_what_each_wrote(adds):
     for info in adds:
         want = adder._add_info(want, info, 0)
     _assert_same(got, want)
+
+
+def test_an_int_beyond_int64_beside_a_float_is_batched_as_gymnasium_batches_it():
+    """A key with an int column, and in one call a float and an int beyond int64's range.
+
+    gymnasium batches them as float64 (the first value's type). Writing the big int into the
+    column overflows: the worker must not raise (an env error for a healthy env); the value
+    goes with the pieces, and the merge gives gymnasium's dict.
+    """
+    _, parts = _batched([{"n": 1}, {"n": 2}], [(0, 2)], [])
+    columns = _columns(parts[0][1][0], 2)  # (an int column for "n", as the driver learns it)
+    assert [column.origin for column in columns] == [int]
+    infos = [{"n": 1.5}, {"n": 2**70}]
+    got, _ = _batched(infos, [(0, 2)], columns)
+    _assert_same(got, _gymnasium(infos, 2))

@@ -131,10 +131,14 @@ class InfoBatcher:
         for key, value in info.items():
             hit = scalars.get(key)
             if hit is not None and type(value) is hit[3]:  # (`InfoColumn.fits`, for scalars)
-                hit[0][position] = value
-                hit[1][position] = True
-                written |= hit[2]
-                continue
+                try:
+                    hit[0][position] = value
+                except (OverflowError, ValueError):  # (an int beyond the column's: a piece)
+                    hit = None
+                else:
+                    hit[1][position] = True
+                    written |= hit[2]
+                    continue
             path = (*prefix, key)
             if key == "final_obs":
                 kind = "object"
@@ -142,8 +146,11 @@ class InfoBatcher:
                 kind = "dict"
             else:
                 column = columns.get(path)
-                if column is not None and column.fits(value):
-                    column.values[position] = value
+                if (
+                    column is not None
+                    and column.fits(value)
+                    and _written_in(column, position, value)
+                ):
                     column.mask[position] = True
                     written |= self._bits[path]
                     continue
@@ -167,6 +174,15 @@ class InfoBatcher:
         pieces = [_piece(path, *entry) for path, entry in self._entries.items()] or None
         self._entries = {}
         return pieces, self._written
+
+
+def _written_in(column: InfoColumn, position: int, value: Any) -> bool:
+    """Whether `value` (of the column's type) was written into its row; not one it overflows."""
+    try:
+        column.values[position] = value
+    except (OverflowError, ValueError):  # (an int beyond the column's dtype: goes as a piece)
+        return False
+    return True
 
 
 def _piece(path: Path, kind: str, positions: list[int], values: list[Any]) -> Piece:
