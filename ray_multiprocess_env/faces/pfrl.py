@@ -21,7 +21,7 @@ from ray_multiprocess_env._engine import Batch, Engine, Options
 from ray_multiprocess_env._engine.options import check_env_ids, check_length, check_seed_list
 from ray_multiprocess_env._worker.env_worker import WORKER_ENV_METHODS
 from ray_multiprocess_env.batch import unzip
-from ray_multiprocess_env.compat import announce_vector_env
+from ray_multiprocess_env.compat import announce_vector_env, reset_obs
 from ray_multiprocess_env.faces import (
     pfrl_bridge,  # noqa: F401 (its hook: pfrl's VectorEnv)
     pfrl_make,
@@ -279,12 +279,13 @@ class RayVectorEnv:
 
     def _env_reset_done(self, batch: Batch, env: int) -> Any:
         """`reset_env`'s result, with env `env`'s observation noted: in the hand-out."""
-        if batch.rows is not None:
+        if batch.rows is not None:  # (what the env's own `reset` returned)
             result = batch.rows[env]
-        else:
+            self._last_obs[env] = reset_obs(result)
+        else:  # (an old gym env's observation may be a tuple itself: kept whole)
             observations, infos = self._fields(batch, reset=True)
             result = observations[env] if batch.old_api else (observations[env], infos[env])
-        self._last_obs[env] = result[0] if isinstance(result, tuple) else result
+            self._last_obs[env] = observations[env]
         self._has_obs[env] = True
         return result
 

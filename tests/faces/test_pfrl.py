@@ -146,3 +146,26 @@ def test_pfrl_train_agent_batch_runs_on_gymnasium_envs(tmp_path):
     assert result["episodes"] == 3
     env.close()
     eval_env.close()
+
+
+def _bridged_blackjack() -> GymAPIBridge:
+    """Blackjack through the old gym API: observations are tuples of three ints."""
+    return GymAPIBridge(gym.make("Blackjack-v1"))
+
+
+def test_a_reset_env_tuple_observation_comes_back_whole_from_a_masked_reset():
+    """`reset_env` of an old gym env with tuple observations notes the whole tuple.
+
+    A masked `reset` after it hands the kept env's last observation back, as pfrl's own vector
+    env does: the tuple, not its first entry.
+    """
+    vec = RayVectorEnv.from_env_fns([_bridged_blackjack] * 2, envs_per_worker=2)
+    try:
+        vec.reset()
+        obs = vec.reset_env(0)
+        assert isinstance(obs, tuple)
+        assert len(obs) == 3
+        kept = vec.reset(np.array([True, False]))[0]  # (pfrl's mask: True keeps env 0)
+        assert tuple(kept) == obs
+    finally:
+        vec.close()
