@@ -371,3 +371,30 @@ class BigActionEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def step(self, action: np.ndarray):
         return np.array([action[0] + action[-1]], dtype=np.float32), 0.0, False, False, {}
+
+
+class OldTimeLimitEnv(gym.Env[np.ndarray, int]):
+    """An old gym env (4-tuple steps) ended at step 2 by old gym's `TimeLimit`.
+
+    `done` with ``info["TimeLimit.truncated"]``, as gym < 0.25's `TimeLimit` reports it; with
+    `ends_first`, a real end at step 3 instead (no such key). `reset` gives the observation.
+    """
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,))
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, ends_first: bool = False) -> None:
+        self.ends_first = ends_first
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.t = 0
+        return np.zeros(1, dtype=np.float32)
+
+    def step(self, action: int):
+        self.t += 1
+        if self.ends_first:
+            return np.array([self.t], dtype=np.float32), 1.0, self.t >= 3, {}
+        done = self.t >= 2
+        info = {"TimeLimit.truncated": True} if done else {}
+        return np.array([self.t], dtype=np.float32), 1.0, done, info

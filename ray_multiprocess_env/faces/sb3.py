@@ -155,6 +155,8 @@ class SB3VecEnv(VecEnv):
                 info = infos[env]  # the reset's is kept in `reset_infos`
                 final, observation = dict(info.pop("final_info", {})), info.pop("final_obs", None)
                 self.reset_infos[env] = info
+                if batch.old_api and final.get("TimeLimit.truncated"):  # (old gym's
+                    time_limits[env] = True  # `TimeLimit`, read as SB3's shimmy reads it)
                 final["TimeLimit.truncated"] = time_limits[env]
                 final["terminal_observation"] = observation  # (DummyVecEnv's key order)
                 infos[env] = final

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.envs import DictObsEnv, FlakyEnv, NamedCallEnv, RenderingFlakyEnv
+from tests.envs import DictObsEnv, FlakyEnv, NamedCallEnv, OldTimeLimitEnv, RenderingFlakyEnv
 from tests.envs_spaces import TupleObsDictActionEnv, UnsortedDictObsEnv
 
 sb3 = pytest.importorskip("stable_baselines3")
@@ -277,3 +277,28 @@ def test_make_sb3_vec_env_takes_every_engine_option():
     assert (options.on_env_error, options.max_restarts) == ("restart", None)
     assert dict(options.actor_options) == {"num_cpus": 0.5}
     envs.close()
+
+
+def test_an_old_gym_time_limit_is_reported_as_sb3_reads_it():
+    """An old gym env ended by its `TimeLimit` (done, ``TimeLimit.truncated``) is a time limit.
+
+    SB3 converts old gym envs with shimmy, which reads that key as a truncation: its
+    ``info["TimeLimit.truncated"]`` stays True, so SB3 bootstraps the value at the timeout. An
+    old gym env's real end stays False.
+    """
+    fns = [OldTimeLimitEnv, functools.partial(OldTimeLimitEnv, ends_first=True)]
+    venv = SB3VecEnv(fns, envs_per_worker=2)
+    try:
+        venv.reset()
+        venv.step(np.array([1, 1]))
+        _, _, dones, infos = venv.step(np.array([1, 1]))  # (env 0's time limit)
+        assert dones.tolist() == [True, False]
+        assert infos[0]["TimeLimit.truncated"] is True
+        assert infos[0]["terminal_observation"].tolist() == [2.0]
+        assert infos[1]["TimeLimit.truncated"] is False
+        _, _, dones, infos = venv.step(np.array([1, 1]))  # (env 1's real end)
+        assert dones.tolist() == [False, True]
+        assert infos[1]["TimeLimit.truncated"] is False
+        assert infos[1]["terminal_observation"].tolist() == [3.0]
+    finally:
+        venv.close()
