@@ -16,7 +16,12 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from ray_multiprocess_env.compat import add_vector_env_hook
+from ray_multiprocess_env.compat import (
+    add_vector_env_hook,
+    env_get_attr,
+    env_has_attr,
+    env_set_attr,
+)
 
 __all__ = ["GymAPIBridge", "register_pfrl_vector_env"]
 
@@ -82,6 +87,33 @@ class GymAPIBridge:
     def close(self) -> None:
         """Close the env."""
         self.env.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """Attribute `name` of the bridge (its old gym API), else of the env inside it.
+
+        As a gymnasium wrapper's: ``call``, ``get_attr`` (and SB3's ``env_method``) reach the
+        bridge's ``seed``, ``reset`` and ``step`` first, then look through the env's wrappers.
+        """
+        try:
+            return object.__getattribute__(self, name)  # (not `__getattr__`'s forwarding)
+        except AttributeError:
+            return env_get_attr(self.env, name)
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        """Set attribute `name` where `get_wrapper_attr` finds it (on the bridge if neither has it).
+
+        `force`: set it on the bridge where no env has it (gymnasium's wrappers' argument).
+        """
+        try:
+            object.__getattribute__(self, name)
+        except AttributeError:
+            if env_has_attr(self.env, name):
+                env_set_attr(self.env, name, value)
+                return True
+            if not force:
+                return False
+        setattr(self, name, value)
+        return True
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name == "env":

@@ -169,3 +169,27 @@ def test_a_reset_env_tuple_observation_comes_back_whole_from_a_masked_reset():
         assert tuple(kept) == obs
     finally:
         vec.close()
+
+
+def _bridged_cartpole() -> GymAPIBridge:
+    return GymAPIBridge(gym.make("CartPole-v1"))
+
+
+def test_call_and_get_attr_reach_the_bridges_old_gym_api_first():
+    """`call` on bridged envs runs the bridge's own `seed`, `reset` and `step` (old gym's).
+
+    As a gymnasium wrapper's methods are found before the env's: `seed` exists only on the
+    bridge, its `reset` gives the observation alone (seeded by that `seed`), its `step` four
+    values with `needs_reset`; an attribute of the env inside is still found.
+    """
+    vec = RayVectorEnv.from_env_fns([_bridged_cartpole] * 2, envs_per_worker=2)
+    try:
+        assert vec.call("seed", 3) == ([3], [3])
+        first = vec.call("reset")
+        np.testing.assert_array_equal(first[0], gym.make("CartPole-v1").reset(seed=3)[0])
+        stepped = vec.call("step", 0)
+        assert len(stepped[0]) == 4
+        assert "needs_reset" in stepped[0][3]
+        assert vec.get_attr("spec")[0].id == "CartPole-v1"
+    finally:
+        vec.close()
