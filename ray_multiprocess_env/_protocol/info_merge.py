@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ray_multiprocess_env._protocol.infos import SCALARS, InfoColumn, Path, Piece
+from ray_multiprocess_env._protocol.infos import SCALARS, InfoColumn, Path, Piece, rows_kept
 
 __all__ = ["columns_of", "merge_infos", "unbatch_infos"]
 
@@ -97,12 +97,7 @@ def _kept(piece: Piece, rows: np.ndarray) -> tuple[Piece, np.ndarray]:
     keep = rows >= 0
     if keep.all():
         return piece, rows
-    values = piece.values
-    if isinstance(values, np.ndarray):
-        values = values[keep]
-    elif values is not None:
-        values = [value for value, kept in zip(values, keep.tolist(), strict=True) if kept]
-    return piece._replace(positions=piece.positions[keep], values=values), rows[keep]
+    return rows_kept(piece, keep), rows[keep]
 
 
 def columns_of(columns: Sequence[InfoColumn], written: int, rows: Any) -> dict[str, Any]:

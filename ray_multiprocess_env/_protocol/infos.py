@@ -31,6 +31,7 @@ __all__ = [
     "Path",
     "Piece",
     "learnable",
+    "rows_kept",
 ]
 
 Path = tuple[str, ...]
@@ -80,6 +81,16 @@ class InfoColumn:
         return self.origin is not np.ndarray or (
             value.dtype == self.dtype and value.shape == self.shape
         )
+
+
+def rows_kept(piece: Piece, keep: np.ndarray) -> Piece:
+    """`piece` with only the envs where `keep` (a bool per position) is True."""
+    values = piece.values
+    if isinstance(values, np.ndarray):
+        values = values[keep]
+    elif values is not None:
+        values = [value for value, kept in zip(values, keep.tolist(), strict=True) if kept]
+    return piece._replace(positions=piece.positions[keep], values=values)
 
 
 def learnable(piece: Piece) -> tuple[Path, Any, tuple[int, ...], type] | None:

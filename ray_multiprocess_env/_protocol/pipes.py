@@ -33,7 +33,7 @@ import numpy as np
 from ray import cloudpickle
 
 from ray_multiprocess_env._protocol import status
-from ray_multiprocess_env._protocol.infos import Piece
+from ray_multiprocess_env._protocol.infos import Piece, rows_kept
 from ray_multiprocess_env.errors import _EnvFailures, _WorkerError
 
 __all__ = [
@@ -242,19 +242,18 @@ def _without_infos_of(value: Any, culprits: list[int], env_indices: list[int]) -
     """
     if type(value) is not status.Reply:
         return None
-    bad = {k for k, env in enumerate(env_indices) if env in culprits}
+    bad = [k for k, env in enumerate(env_indices) if env in culprits]
     if len(bad) == len(env_indices):
         return None
     infos = value.infos
     if isinstance(infos, tuple):  # batched: (pieces, the columns written)
         pieces: list[Piece] = []
         for piece in infos[0] or []:
-            keep = np.array([p not in bad for p in piece.positions.tolist()], dtype=bool)
+            keep = ~np.isin(piece.positions, bad)
             if keep.all():
                 pieces.append(piece)
             elif keep.any():
-                values = None if piece.values is None else piece.values[keep]
-                pieces.append(piece._replace(positions=piece.positions[keep], values=values))
+                pieces.append(rows_kept(piece, keep))
         infos = (pieces or None, infos[1])
     elif isinstance(infos, dict):  # an info dict per env, by position
         infos = {k: info for k, info in infos.items() if k not in bad}
